@@ -4,3 +4,5 @@
 from .init import linear_init_std, init_linear_weight_, init_embedding_weight_, get_device
 from .linear import Linear
 from .embedding import Embedding
+from .rmsnorm import RMSNorm
+from .swiglu import silu, default_d_ff, SwiGLU
