@@ -6,3 +6,6 @@ from .linear import Linear
 from .embedding import Embedding
 from .rmsnorm import RMSNorm
 from .swiglu import silu, default_d_ff, SwiGLU
+from .rope import RotaryPositionalEmbedding
+from .softmax import softmax
+from .attention import scaled_dot_product_attention, MultiHeadSelfAttention

@@ -1,0 +1,51 @@
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tlm
+
+
+@pytest.mark.parametrize("dim", [0, 1, 2, -1, -3])
+def test_matches_f_softmax_along_any_dim(dim):
+    x = torch.randn(3, 4, 5) * 10
+    torch.testing.assert_close(tlm.softmax(x, dim), F.softmax(x, dim))
+
+
+def test_hand_computed():
+    import math
+    e = [math.exp(1), math.exp(2), math.exp(3)]
+    expected = torch.tensor([v / sum(e) for v in e])
+    torch.testing.assert_close(tlm.softmax(torch.tensor([1.0, 2.0, 3.0]), 0), expected)
+
+
+def test_huge_inputs_stay_finite():
+    x = torch.tensor([[1e4, 1e4 - 1, -1e4], [1000.0, 1000.0, 1000.0]])
+    out = tlm.softmax(x, -1)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, F.softmax(x.double(), -1).float())
+    half = torch.tensor([5.0, 12.0, 20.0], dtype=torch.float16)
+    assert torch.isfinite(tlm.softmax(half, 0)).all() and tlm.softmax(half, 0).dtype == torch.float16
+
+
+def test_minus_inf_entries_and_fully_masked_slices():
+    x = torch.tensor([[0.0, float("-inf"), 1.0], [float("-inf")] * 3])
+    out = tlm.softmax(x, -1)
+    e = torch.tensor(1.0).exp()
+    torch.testing.assert_close(out[0], torch.stack([1 / (1 + e), torch.tensor(0.0), e / (1 + e)]))
+    assert torch.equal(out[1], torch.zeros(3))  # documented: all -inf -> zeros, not NaN
+    assert not torch.isnan(out).any()
+
+
+def test_gradcheck():
+    x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda t: tlm.softmax(t, 1), (x,))
+    assert torch.autograd.gradcheck(lambda t: tlm.softmax(t, 0), (x,))
+
+
+def test_bad_inputs():
+    with pytest.raises(ValueError, match=r"dim must be an int in \[-2, 2\) for x of shape \(2, 3\), got 2"):
+        tlm.softmax(torch.randn(2, 3), 2)
+    with pytest.raises(ValueError, match="dim must be an int"):
+        tlm.softmax(torch.randn(2, 3), 1.0)
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        tlm.softmax(torch.tensor([1, 2]), 0)
