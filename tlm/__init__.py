@@ -9,3 +9,7 @@ from .swiglu import silu, default_d_ff, SwiGLU
 from .rope import RotaryPositionalEmbedding
 from .softmax import softmax
 from .attention import scaled_dot_product_attention, MultiHeadSelfAttention
+from .block import TransformerBlock
+from .model import TransformerLM, strip_compile_prefix, load_model_weights
+from .hf import qk_row_permutation, to_hf_llama, from_hf_llama
+from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes

@@ -1,0 +1,72 @@
+"""Equivalence with Hugging Face's LlamaForCausalLM, an independent implementation of the same architecture."""
+
+import pytest
+import torch
+
+import tlm
+
+transformers = pytest.importorskip("transformers", reason="transformers is pinned in requirements.txt")
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        dict(vocab_size=10_000, context_length=16, d_model=64, num_layers=3, num_heads=4, d_ff=128, rope_theta=10_000.0),
+        dict(vocab_size=500, context_length=40, d_model=96, num_layers=2, num_heads=3, d_ff=256, rope_theta=500.0),
+        dict(vocab_size=300, context_length=32, d_model=128, num_layers=1, num_heads=8, d_ff=352, rope_theta=1_000_000.0),
+    ],
+)
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_logits_match_llama(config, impl):
+    model = tlm.TransformerLM(**config)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln" in name:
+                p.uniform_(0.5, 1.5)
+    hf = tlm.to_hf_llama(model, attn_implementation=impl)
+    ids = torch.randint(0, config["vocab_size"], (2, config["context_length"]))
+    with torch.no_grad():
+        torch.testing.assert_close(model(ids), hf(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_round_trip_is_bit_exact_and_independent_llama_loads():
+    config = dict(vocab_size=200, context_length=24, d_model=64, num_layers=2, num_heads=4, d_ff=160, rope_theta=10_000.0)
+    model = tlm.TransformerLM(**config)
+    back = tlm.from_hf_llama(tlm.to_hf_llama(model))
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+    # a randomly initialised Llama built by transformers itself converts to the same function
+    hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=200, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=4, max_position_embeddings=24, rms_norm_eps=1e-6, rope_theta=2_000.0,
+        tie_word_embeddings=False)).eval()
+    ours = tlm.from_hf_llama(hf)
+    assert ours.ln_final.eps == 1e-6 and ours.config["rope_theta"] == 2_000.0
+    ids = torch.randint(0, 200, (3, 24))
+    with torch.no_grad():
+        torch.testing.assert_close(ours(ids), hf(ids).logits, rtol=1e-4, atol=1e-4)
+
+
+def test_permutation_is_needed_and_correct():
+    perm = tlm.qk_row_permutation(2, 4)
+    assert perm.tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
+
+
+def test_unsupported_llama_configs_are_refused():
+    base = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
+                num_key_value_heads=4, tie_word_embeddings=False)
+    for change, match in [({"num_key_value_heads": 2}, "num_key_value_heads"), ({"tie_word_embeddings": True}, "tie_word_embeddings"),
+                          ({"attention_bias": True}, "attention_bias")]:
+        hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**base, **change}))
+        with pytest.raises(ValueError, match=match):
+            tlm.from_hf_llama(hf)
+
+
+def test_tlm_imports_without_transformers():
+    import subprocess
+    import sys
+    code = "import sys; sys.modules['transformers'] = None; import tlm; m = tlm.TransformerLM(10, 4, 8, 1, 2, 16, 1e4); print('ok')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.strip() == "ok", out.stderr
+    code = "import sys; sys.modules['transformers'] = None; import tlm; tlm.to_hf_llama(tlm.TransformerLM(10, 4, 8, 1, 2, 16, 1e4))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "needs the transformers package" in out.stderr
