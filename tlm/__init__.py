@@ -14,3 +14,4 @@ from .model import TransformerLM, strip_compile_prefix, load_model_weights
 from .hf import qk_row_permutation, to_hf_llama, from_hf_llama
 from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes
 from .training import cross_entropy, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, save_checkpoint, load_checkpoint
+from .generation import LayerKVCache, KVCache, top_p_filter, sample_next, generate

@@ -92,14 +92,17 @@ class MultiHeadSelfAttention(nn.Module):
         else:
             self.causal_mask = None
 
-    def forward(self, x: Float[Tensor, "... seq d_model"],
-                token_positions: Int[Tensor, "... seq"] | None = None) -> Float[Tensor, "... seq d_model"]:
+    def forward(self, x: Float[Tensor, "... seq d_model"], token_positions: Int[Tensor, "... seq"] | None = None,
+                kv_cache=None) -> Float[Tensor, "... seq d_model"]:
+        """`kv_cache` (see tlm.KVCache): keys/values of earlier positions, extended in place by this call."""
         _check_float_tensor("x", x, self.d_model, "d_model")
         if x.ndim < 2:
             raise ValueError(f"x must have shape (..., seq, d_model), got shape {tuple(x.shape)}")
         T = x.shape[-2]
-        if self.max_seq_len is not None and T > self.max_seq_len:
-            raise ValueError(f"x has seq={T} positions, more than max_seq_len={self.max_seq_len}")
+        past = 0 if kv_cache is None else kv_cache.seq_len  # positions already in the cache
+        if self.max_seq_len is not None and past + T > self.max_seq_len:
+            cached = f" after {past} cached ones" if past else ""
+            raise ValueError(f"x has seq={T} positions{cached}, more than max_seq_len={self.max_seq_len}")
         # heads become a batch axis: (..., T, h * d_k) -> (..., h, T, d_k)
         q, k, v = (rearrange(proj(x), "... t (h d) -> ... h t d", h=self.num_heads)
                    for proj in (self.q_proj, self.k_proj, self.v_proj))
@@ -107,10 +110,14 @@ class MultiHeadSelfAttention(nn.Module):
             if token_positions is not None:
                 _check_index_tensor("token_positions", token_positions, self.rope.max_seq_len, "max_seq_len")
                 token_positions = token_positions.unsqueeze(-2)  # (..., T) -> (..., 1, T): same for every head
+            elif past:
+                token_positions = torch.arange(past, past + T, device=x.device)  # absolute positions of the new tokens
             q, k = self.rope(q, token_positions), self.rope(k, token_positions)
+        if kv_cache is not None:
+            k, v = kv_cache.update(k, v)  # all keys/values so far: (..., h, past + T, d_k)
         if self.causal_mask is not None:
-            mask = self.causal_mask[:T, :T]
+            mask = self.causal_mask[past : past + T, : past + T]
         else:
-            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
         out = scaled_dot_product_attention(q, k, v, mask)
         return self.output_proj(rearrange(out, "... h t d -> ... t (h d)"))

@@ -30,7 +30,7 @@ class TransformerBlock(nn.Module):
         self.ln2 = RMSNorm(d_model, device=device, dtype=dtype)
         self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
 
-    def forward(self, x: Float[Tensor, "... seq d_model"],
-                token_positions: Int[Tensor, "... seq"] | None = None) -> Float[Tensor, "... seq d_model"]:
-        x = x + self.attn(self.ln1(x), token_positions)
+    def forward(self, x: Float[Tensor, "... seq d_model"], token_positions: Int[Tensor, "... seq"] | None = None,
+                kv_cache=None) -> Float[Tensor, "... seq d_model"]:
+        x = x + self.attn(self.ln1(x), token_positions, kv_cache)
         return x + self.ffn(self.ln2(x))

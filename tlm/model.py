@@ -49,15 +49,17 @@ class TransformerLM(nn.Module):
         self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)
         self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
 
-    def forward(self, token_ids: Int[Tensor, "... seq"],
-                token_positions: Int[Tensor, "... seq"] | None = None) -> Float[Tensor, "... seq vocab_size"]:
+    def forward(self, token_ids: Int[Tensor, "... seq"], token_positions: Int[Tensor, "... seq"] | None = None,
+                kv_cache=None) -> Float[Tensor, "... seq vocab_size"]:
+        """Logits for every position; with a tlm.KVCache, token_ids continue the cached sequence."""
         _check_index_tensor("token_ids", token_ids, self.vocab_size, "vocab_size")
-        if token_ids.ndim == 0 or token_ids.shape[-1] > self.context_length:
-            raise ValueError(f"token_ids must have shape (..., seq) with seq <= context_length={self.context_length}, "
-                             f"got shape {tuple(token_ids.shape)}")
+        past = 0 if kv_cache is None else kv_cache.seq_len
+        if token_ids.ndim == 0 or past + token_ids.shape[-1] > self.context_length:
+            raise ValueError(f"token_ids must have shape (..., seq) with seq <= context_length={self.context_length}"
+                             f"{f' - {past} cached positions' if past else ''}, got shape {tuple(token_ids.shape)}")
         x = self.token_embeddings(token_ids)
-        for layer in self.layers:
-            x = layer(x, token_positions)
+        for i, layer in enumerate(self.layers):
+            x = layer(x, token_positions, None if kv_cache is None else kv_cache[i])
         return self.lm_head(self.ln_final(x))
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):

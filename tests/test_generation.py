@@ -1,0 +1,110 @@
+import pytest
+import torch
+
+import tlm
+
+CFG = dict(vocab_size=300, context_length=64, d_model=32, num_layers=2, num_heads=4, d_ff=64, rope_theta=10_000.0)
+
+
+def make_model(dtype=torch.float64):
+    torch.manual_seed(0)
+    return tlm.TransformerLM(**CFG, dtype=dtype)
+
+
+def test_cached_logits_equal_full_recomputation():
+    model = make_model()
+    ids = torch.randint(0, 300, (3, 20))
+    cache = tlm.KVCache.for_model(model)
+    parts = [model(ids[:, :7], kv_cache=cache)]
+    for t in range(7, 20):
+        parts.append(model(ids[:, t : t + 1], kv_cache=cache))
+    assert cache.seq_len == 20
+    torch.testing.assert_close(torch.cat(parts, dim=1), model(ids), rtol=1e-10, atol=1e-10)
+
+
+def test_greedy_with_cache_equals_recomputing_prefix():
+    model = make_model()
+    prompt = torch.randint(0, 300, (2, 5))
+    with_cache = tlm.generate(model, prompt, 30, temperature=0)
+    without = tlm.generate(model, prompt, 30, temperature=0, use_cache=False)
+    assert with_cache.shape == (2, 35) and torch.equal(with_cache[:, :5], prompt)
+    assert torch.equal(with_cache, without)
+    # and greedy means argmax of the full model at every step
+    logits = model(with_cache[:, :-1])
+    assert torch.equal(logits[:, 4:].argmax(-1), with_cache[:, 5:])
+
+
+def test_seeded_sampling_reproducible_and_1d_prompt():
+    model = make_model(torch.float32)
+    prompt = torch.tensor([1, 2, 3])
+    run = lambda seed: tlm.generate(model, prompt, 15, temperature=1.0, top_p=0.9, generator=torch.Generator().manual_seed(seed))
+    assert run(0).shape == (18,)
+    assert torch.equal(run(0), run(0)) and not torch.equal(run(0), run(1))
+
+
+def test_top_p_keeps_smallest_set_reaching_p():
+    probs = torch.tensor([0.1, 0.4, 0.05, 0.3, 0.15])
+    # sorted: 0.4, 0.3, 0.15, 0.1, 0.05 -> cumulative 0.4, 0.7, 0.85, 0.95, 1.0
+    cases = {0.3: {1}, 0.4: {1}, 0.41: {1, 3}, 0.7: {1, 3}, 0.71: {1, 3, 4}, 0.9: {0, 1, 3, 4}, 1.0: {0, 1, 2, 3, 4}}
+    for p, kept in cases.items():
+        out = tlm.top_p_filter(probs, p)
+        assert set(out.nonzero().flatten().tolist()) == kept, p
+        torch.testing.assert_close(out[list(kept)], probs[list(kept)] / probs[list(kept)].sum())
+    # sampling never picks a filtered token
+    logits = probs.log().repeat(2000, 1)
+    draws = tlm.sample_next(logits, 1.0, top_p=0.7, generator=torch.Generator().manual_seed(0))
+    assert set(draws.tolist()) == {1, 3}
+
+
+def test_temperature_zero_is_argmax_and_low_temperature_approaches_it():
+    logits = torch.tensor([[0.0, 3.0, 1.0]])
+    assert tlm.sample_next(logits, 0).item() == 1
+    draws = tlm.sample_next(logits.repeat(500, 1), 0.05, generator=torch.Generator().manual_seed(0))
+    assert (draws == 1).all()
+
+
+def test_stops_at_eos_and_at_context_length():
+    model = make_model()
+    prompt = torch.randint(0, 300, (1, 4))
+    free = tlm.generate(model, prompt, 20, temperature=0)
+    eos = int(free[0, 7])  # the 4th generated token
+    stopped = tlm.generate(model, prompt, 20, temperature=0, eos_id=eos)
+    first = (free[0, 4:] == eos).nonzero()[0].item() + 4
+    assert torch.equal(stopped[0], free[0, : first + 1])
+    long = tlm.generate(model, prompt, 500, temperature=0)
+    assert long.shape == (1, CFG["context_length"])  # documented: stops at the context length
+    assert tlm.generate(model, prompt, 0).shape == (1, 4)
+
+
+def test_training_mode_restored_and_cache_capacity():
+    model = make_model()
+    model.train()
+    tlm.generate(model, torch.tensor([1]), 3, temperature=0)
+    assert model.training
+    cache = tlm.KVCache(1, 4)
+    cache[0].update(torch.zeros(1, 3, 2), torch.zeros(1, 3, 2))
+    with pytest.raises(ValueError, match="the cache holds at most 4 positions, got 5"):
+        cache[0].update(torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
+
+
+def test_bad_inputs():
+    model = make_model()
+    prompt = torch.tensor([[1, 2]])
+    with pytest.raises(ValueError, match="temperature must be a number >= 0"):
+        tlm.generate(model, prompt, 5, temperature=-1)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
+        tlm.generate(model, prompt, 5, top_p=0)
+    with pytest.raises(ValueError, match="max_new_tokens must be a non-negative int"):
+        tlm.generate(model, prompt, -1)
+    with pytest.raises(ValueError, match="eos_id must be an int"):
+        tlm.generate(model, prompt, 5, eos_id=300)
+    with pytest.raises(ValueError, match="more than context_length=64"):
+        tlm.generate(model, torch.zeros(1, 65, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match=r"prompt_ids must lie in \[0, vocab_size=300\)"):
+        tlm.generate(model, torch.tensor([[1, 300]]), 5)
+    with pytest.raises(TypeError, match="prompt_ids must be an integer tensor"):
+        tlm.generate(model, torch.tensor([[1.0]]), 5)
+    cache = tlm.KVCache.for_model(model)
+    model(torch.zeros(1, 60, dtype=torch.long), kv_cache=cache)
+    with pytest.raises(ValueError, match="60 cached positions"):
+        model(torch.zeros(1, 5, dtype=torch.long), kv_cache=cache)
