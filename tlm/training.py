@@ -2,14 +2,12 @@
 
 __all__ = ['cross_entropy', 'encode_addition', 'decode_addition', 'addition_splits', 'answer_accuracy', 'train_addition_model', 'save_checkpoint', 'load_checkpoint']
 
-import os
-
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlm.init import _check_float_tensor, _check_index_tensor
-from tlm.model import TransformerLM, strip_compile_prefix
+from tlm.model import TransformerLM, load_model_weights
 
 
 def cross_entropy(logits: Float[Tensor, "... vocab_size"], targets: Int[Tensor, "..."]) -> Float[Tensor, ""]:
@@ -105,7 +103,7 @@ def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, it
 def load_checkpoint(src, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
     """Restore model (and optimizer) state saved by save_checkpoint; return the iteration."""
     state = torch.load(src, map_location="cpu", weights_only=True)
-    model.load_state_dict(strip_compile_prefix(state["model"]), strict=True)
+    load_model_weights(model, state["model"])  # strict, with clear errors; strips `_orig_mod.`
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     return state["iteration"]
