@@ -6,7 +6,6 @@ Prints the median wall time of each variant (runs alternate) and their ratio.
 
 import argparse
 import statistics
-import time
 
 import torch
 
@@ -23,19 +22,16 @@ def main() -> None:
     model = tlm.TransformerLM(vocab_size=1000, context_length=512, d_model=128, num_layers=4, num_heads=4,
                               d_ff=352, rope_theta=10_000.0, device=device).eval()
     prompt = torch.randint(0, 1000, (1, 12), device=device)
-    times = {True: [], False: []}
     outputs = {}
-    for _ in range(args.repeats):
-        for use_cache in (True, False):  # alternate, so drift affects both alike
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            outputs[use_cache] = tlm.generate(model, prompt, args.new_tokens, temperature=0, use_cache=use_cache)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            times[use_cache].append(time.perf_counter() - start)
-    assert torch.equal(outputs[True], outputs[False]), "cached and uncached greedy outputs differ"
-    cached, uncached = statistics.median(times[True]), statistics.median(times[False])
+
+    def run(name: str):
+        return lambda: outputs.__setitem__(name, tlm.generate(model, prompt, args.new_tokens, temperature=0,
+                                                              use_cache=name == "cache"))
+
+    # alternating turns, so drift affects both alike
+    times = tlm.time_alternating({"cache": run("cache"), "recompute": run("recompute")}, repeats=args.repeats, warmup=0, device=device)
+    assert torch.equal(outputs["cache"], outputs["recompute"]), "cached and uncached greedy outputs differ"
+    cached, uncached = statistics.median(times["cache"]), statistics.median(times["recompute"])
     print(f"device: {device}, torch {torch.__version__}, threads {torch.get_num_threads()}")
     print(f"{'variant':24s} {'median s':>9s}  {'ms/token':>9s}")
     print(f"{'with KV cache':24s} {cached:9.3f}  {1e3 * cached / args.new_tokens:9.2f}")

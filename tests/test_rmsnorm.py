@@ -80,3 +80,30 @@ def test_bad_inputs():
     for eps in (0, -1e-5, "1e-5", None):
         with pytest.raises(ValueError, match="eps must be a positive float"):
             tlm.RMSNorm(8, eps=eps)
+
+
+def test_hand_written_backward_matches_nn_rmsnorm():
+    x = (torch.randn(3, 7, 32) * 2 + 0.5).requires_grad_()
+    x_ref = x.detach().double().requires_grad_()
+    ours = tlm.RMSNorm(32)
+    ref = torch.nn.RMSNorm(32, eps=1e-5, dtype=torch.float64)
+    with torch.no_grad():
+        ours.weight.uniform_(0.5, 1.5)
+        ref.weight.copy_(ours.weight)
+    g = torch.randn(3, 7, 32)
+    ours(x).backward(g)
+    ref(x_ref).backward(g.double())
+    torch.testing.assert_close(x.grad, x_ref.grad.float(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours.weight.grad, ref.weight.grad.float(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_low_precision_backward_returns_input_dtype(dtype):
+    x = torch.randn(4, 64).to(dtype).requires_grad_()
+    norm = tlm.RMSNorm(64)
+    norm(x).backward(torch.ones(4, 64, dtype=dtype))
+    x32 = x.detach().float().requires_grad_()
+    norm32 = tlm.RMSNorm(64)
+    norm32(x32).backward(torch.ones(4, 64))
+    assert x.grad.dtype == dtype and norm.weight.grad.dtype == torch.float32
+    torch.testing.assert_close(x.grad.float(), x32.grad, rtol=1e-2, atol=1e-2)  # one rounding of the result

@@ -107,3 +107,19 @@ def test_bad_inputs():
         rope(torch.randn(12, 16), torch.arange(12.0))
     with pytest.raises(ValueError, match="x must have last dimension d_k=16"):
         rope(torch.randn(12, 8))
+
+
+def test_layouts_that_cannot_be_viewed_as_complex():
+    rope = tlm.RotaryPositionalEmbedding(10_000.0, 8, 16)
+    big = torch.randn(3, 16, 9)
+    odd = big[..., 1:]  # odd storage offset and odd strides: pairs are not aligned in memory
+    torch.testing.assert_close(rope(odd), rope(odd.contiguous()), rtol=0, atol=0)
+    transposed = torch.randn(8, 16).T  # last axis not contiguous
+    torch.testing.assert_close(rope(transposed), rope(transposed.contiguous()), rtol=0, atol=0)
+
+
+def test_low_precision_rotates_in_float32():
+    rope = tlm.RotaryPositionalEmbedding(10_000.0, 64, 128)
+    x = torch.randn(2, 100, 64).to(torch.bfloat16)
+    expected = rope(x.float()).to(torch.bfloat16)  # one rounding, after a float32 rotation
+    assert torch.equal(rope(x), expected)

@@ -49,3 +49,22 @@ def test_bad_inputs():
         tlm.softmax(torch.randn(2, 3), 1.0)
     with pytest.raises(TypeError, match="x must be a floating-point tensor"):
         tlm.softmax(torch.tensor([1, 2]), 0)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -1])
+def test_hand_written_backward_matches_f_softmax_gradient(dim):
+    x = (torch.randn(4, 5, 6) * 5).requires_grad_()
+    x_ref = x.detach().clone().requires_grad_()
+    g = torch.randn(4, 5, 6)
+    (ours,) = torch.autograd.grad(tlm.softmax(x, dim), x, g)
+    (ref,) = torch.autograd.grad(F.softmax(x_ref.double(), dim), x_ref, g.double())
+    torch.testing.assert_close(ours, ref.float(), rtol=1e-5, atol=1e-6)
+
+
+def test_backward_through_masked_entries_is_zero_and_finite():
+    scores = torch.randn(3, 4).masked_fill(torch.tensor([False, True, False, True]), float("-inf"))
+    scores[2] = float("-inf")  # a fully masked row
+    scores.requires_grad_()
+    (grad,) = torch.autograd.grad(tlm.softmax(scores, -1), scores, torch.randn(3, 4))
+    assert torch.isfinite(grad).all()
+    assert torch.equal(grad[:, [1, 3]], torch.zeros(3, 2)) and torch.equal(grad[2], torch.zeros(4))

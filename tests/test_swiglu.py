@@ -83,3 +83,10 @@ def test_bad_inputs():
         tlm.SwiGLU(64, d_ff=128.0)
     with pytest.raises(ValueError, match="d_model must be a positive int"):
         tlm.SwiGLU(-64)
+
+
+def test_silu_derivative_matches_closed_form():
+    x = torch.linspace(-8, 8, 401, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(tlm.silu(x), x, torch.ones_like(x))
+    s = torch.sigmoid(x.detach())
+    torch.testing.assert_close(grad, s * (1 + x.detach() * (1 - s)))  # derived by hand

@@ -15,3 +15,4 @@ from .hf import qk_row_permutation, to_hf_llama, from_hf_llama
 from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes
 from .training import cross_entropy, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, save_checkpoint, load_checkpoint
 from .generation import LayerKVCache, KVCache, top_p_filter, sample_next, generate
+from .benchmark import time_alternating, summarize, training_step, inference_step, saved_tensor_bytes, attention_sweep

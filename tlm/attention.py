@@ -6,6 +6,7 @@ import math
 
 import torch
 from einops import rearrange
+import torch.nn.functional as F
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
@@ -49,9 +50,15 @@ def scaled_dot_product_attention(
 ) -> Float[Tensor, "... n d_v"]:
     """softmax(Q K^T / sqrt(d_k)) V, with mask True = may attend; a query that may attend to nothing gets zeros."""
     _check_attention_inputs(Q, K, V, mask)
-    scores = (Q @ K.transpose(-2, -1)) / math.sqrt(Q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
+    bias = None if mask is None else torch.zeros(mask.shape, dtype=Q.dtype, device=Q.device).masked_fill_(~mask, float("-inf"))
+    return _attend(Q, K, V, bias)
+
+
+def _attend(Q: Tensor, K: Tensor, V: Tensor, bias: Tensor | None) -> Tensor:
+    """The computation itself, without checks; `bias` is 0 where a query may attend and -inf where not."""
+    scores = (Q * (1.0 / math.sqrt(Q.shape[-1]))) @ K.transpose(-2, -1)
+    if bias is not None:
+        scores += bias
     return softmax(scores, dim=-1) @ V
 
 
@@ -65,10 +72,13 @@ class MultiHeadSelfAttention(nn.Module):
         theta: RoPE base Θ; None for no positional rotation.
         device, dtype: as in torch.nn.
         rope: an existing RotaryPositionalEmbedding to share (e.g. one per model), instead of theta.
+        attn_implementation: "eager" (the attention of this chapter) or "sdpa" (PyTorch's fused
+            F.scaled_dot_product_attention); the two agree to float rounding.
     """
 
     def __init__(self, d_model: int, num_heads: int, max_seq_len: int | None = None, theta: float | None = None,
-                 device=None, dtype=None, rope: RotaryPositionalEmbedding | None = None):
+                 device=None, dtype=None, rope: RotaryPositionalEmbedding | None = None,
+                 attn_implementation: str = "eager"):
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
         self.num_heads = _check_positive_int("num_heads", num_heads)
@@ -86,11 +96,14 @@ class MultiHeadSelfAttention(nn.Module):
         if rope is not None and rope.d_k != self.d_k:
             raise ValueError(f"rope.d_k={rope.d_k} must equal d_model / num_heads = {self.d_k}")
         self.rope = rope
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got {attn_implementation!r}")
+        self.attn_implementation = attn_implementation
         if self.max_seq_len is not None:  # built once, sliced per call
-            mask = torch.ones(self.max_seq_len, self.max_seq_len, dtype=torch.bool, device=device).tril()
-            self.register_buffer("causal_mask", mask, persistent=False)
+            bias = _causal_bias(self.max_seq_len, self.max_seq_len, device, dtype)
+            self.register_buffer("causal_bias", bias, persistent=False)
         else:
-            self.causal_mask = None
+            self.causal_bias = None
 
     def forward(self, x: Float[Tensor, "... seq d_model"], token_positions: Int[Tensor, "... seq"] | None = None,
                 kv_cache=None) -> Float[Tensor, "... seq d_model"]:
@@ -115,9 +128,27 @@ class MultiHeadSelfAttention(nn.Module):
             q, k = self.rope(q, token_positions), self.rope(k, token_positions)
         if kv_cache is not None:
             k, v = kv_cache.update(k, v)  # all keys/values so far: (..., h, past + T, d_k)
-        if self.causal_mask is not None:
-            mask = self.causal_mask[past : past + T, : past + T]
+        if self.attn_implementation == "sdpa" and past == 0:
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # no mask tensor at all
         else:
-            mask = torch.ones(T, past + T, dtype=torch.bool, device=x.device).tril(diagonal=past)
-        out = scaled_dot_product_attention(q, k, v, mask)
+            if self.causal_bias is not None:
+                bias = self.causal_bias[past : past + T, : past + T]  # a view: nothing is built per call
+            else:
+                bias = _causal_bias(T, past + T, x.device, q.dtype)
+            if self.attn_implementation == "sdpa":
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
+            else:
+                out = _attend(q, k, v, bias)
         return self.output_proj(rearrange(out, "... h t d -> ... t (h d)"))
+
+    def extra_repr(self) -> str:
+        return f"d_model={self.d_model}, num_heads={self.num_heads}, attn_implementation={self.attn_implementation!r}"
+
+
+ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+
+
+def _causal_bias(n_queries: int, n_keys: int, device=None, dtype=None) -> Tensor:
+    """0 where query i (the last n_queries of n_keys positions) may see key j, i.e. j <= i; -inf above."""
+    full = torch.full((n_queries, n_keys), float("-inf"), device=device, dtype=dtype)
+    return full.triu(diagonal=n_keys - n_queries + 1)

@@ -20,13 +20,16 @@ class TransformerBlock(nn.Module):
         max_seq_len, theta: RoPE cache size and base.
         device, dtype: as in torch.nn.
         rope: a RotaryPositionalEmbedding shared with other blocks (then theta is not used).
+        attn_implementation: "eager" or "sdpa", passed to MultiHeadSelfAttention.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int, theta: float,
-                 device=None, dtype=None, rope: RotaryPositionalEmbedding | None = None):
+                 device=None, dtype=None, rope: RotaryPositionalEmbedding | None = None,
+                 attn_implementation: str = "eager"):
         super().__init__()
         self.ln1 = RMSNorm(d_model, device=device, dtype=dtype)
-        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype, rope=rope)
+        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype, rope=rope,
+                                           attn_implementation=attn_implementation)
         self.ln2 = RMSNorm(d_model, device=device, dtype=dtype)
         self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
 

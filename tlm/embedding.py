@@ -27,8 +27,8 @@ class Embedding(nn.Module):
 
     def forward(self, token_ids: Int[Tensor, "..."]) -> Float[Tensor, "... embedding_dim"]:
         _check_index_tensor("token_ids", token_ids, self.num_embeddings, "num_embeddings")
-        # int64 passes through as is; a uint8 index would otherwise be read as a boolean mask
-        return self.weight[token_ids.long()]
+        rows = self.weight.index_select(0, token_ids.reshape(-1).long())  # int64 passes through as is
+        return rows.view(*token_ids.shape, self.embedding_dim)
 
     def extra_repr(self) -> str:
         return f"num_embeddings={self.num_embeddings}, embedding_dim={self.embedding_dim}"

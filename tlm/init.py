@@ -69,12 +69,16 @@ def _check_float_tensor(name: str, x, last_dim: int | None = None, last_dim_name
 
 
 def _check_index_tensor(name: str, ids, upper: int, upper_name: str) -> None:
-    """Require an integer tensor with every value in [0, upper)."""
+    """Require an integer tensor with every value in [0, upper).
+
+    The range check reads two numbers back to the host. Inside torch.compile it is skipped, since a
+    value-dependent branch would split the compiled graph; the dtype is still checked there.
+    """
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be an integer torch.Tensor, got {_describe(ids)}")
     if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
         raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), got dtype {ids.dtype}")
-    if ids.numel() > 0:
+    if ids.numel() > 0 and not torch.compiler.is_compiling():
         lo, hi = torch.aminmax(ids)
         lo, hi = int(lo), int(hi)
         if lo < 0 or hi >= upper:

@@ -27,10 +27,11 @@ class TransformerLM(nn.Module):
         d_model, num_layers, num_heads, d_ff: widths and depth.
         rope_theta: RoPE base Θ.
         device, dtype: as in torch.nn.
+        attn_implementation: "eager" (the book's attention) or "sdpa" (PyTorch's fused kernel).
     """
 
     def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int, num_heads: int,
-                 d_ff: int, rope_theta: float, device=None, dtype=None):
+                 d_ff: int, rope_theta: float, device=None, dtype=None, attn_implementation: str = "eager"):
         super().__init__()
         for name, value in (("vocab_size", vocab_size), ("context_length", context_length), ("d_model", d_model),
                             ("num_layers", num_layers), ("num_heads", num_heads), ("d_ff", d_ff)):
@@ -38,12 +39,13 @@ class TransformerLM(nn.Module):
         if d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
         self.config = dict(vocab_size=vocab_size, context_length=context_length, d_model=d_model, num_layers=num_layers,
-                           num_heads=num_heads, d_ff=d_ff, rope_theta=rope_theta)
+                           num_heads=num_heads, d_ff=d_ff, rope_theta=rope_theta, attn_implementation=attn_implementation)
         self.vocab_size, self.context_length = vocab_size, context_length
         self.token_embeddings = Embedding(vocab_size, d_model, device=device, dtype=dtype)
         rope = RotaryPositionalEmbedding(rope_theta, d_model // num_heads, context_length, device=device)  # shared
         self.layers = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, device=device, dtype=dtype, rope=rope)
+            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, device=device, dtype=dtype, rope=rope,
+                             attn_implementation=attn_implementation)
             for _ in range(num_layers)
         )
         self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)

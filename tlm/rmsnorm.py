@@ -5,6 +5,7 @@ __all__ = ['RMSNorm']
 import torch
 from jaxtyping import Float
 from torch import Tensor, nn
+from torch.autograd.function import once_differentiable
 
 from tlm.init import _check_float_tensor, _check_positive_int
 
@@ -28,10 +29,33 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         _check_float_tensor("x", x, self.d_model, "d_model")
-        # compute in at least float32 (float64 stays float64); a no-op for float32 inputs
-        x_up = x.to(torch.promote_types(x.dtype, torch.float32))
-        inv_rms = torch.rsqrt(x_up.pow(2).mean(dim=-1, keepdim=True) + self.eps)
-        return (x_up * inv_rms * self.weight).to(x.dtype)
+        return _RMSNorm.apply(x, self.weight, self.eps)
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"
+
+
+class _RMSNorm(torch.autograd.Function):
+    """RMSNorm's forward, and its backward written out (see "The backward pass, by hand")."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
+        # compute in at least float32 (float64 stays float64); a no-op for float32 inputs
+        x_up = x.to(torch.promote_types(x.dtype, torch.float32))
+        inv_rms = torch.rsqrt(x_up.pow(2).mean(dim=-1, keepdim=True) + eps)
+        x_hat = x_up * inv_rms
+        ctx.save_for_backward(x_hat, inv_rms, weight)
+        ctx.x_dtype = x.dtype
+        return (x_hat * weight).to(x.dtype)
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor) -> tuple[Tensor, Tensor, None]:
+        x_hat, inv_rms, weight = ctx.saved_tensors
+        grad_y = grad_y.to(x_hat.dtype)
+        g_times_x_hat = grad_y * x_hat
+        grad_weight = g_times_x_hat.reshape(-1, x_hat.shape[-1]).sum(0).to(weight.dtype)
+        # mean_j(u_j x_hat_j) with u = grad_y * weight, as one matrix-vector product
+        mean_u_x_hat = (g_times_x_hat @ weight.to(x_hat.dtype)).unsqueeze(-1) / x_hat.shape[-1]
+        grad_x = (grad_y * weight).addcmul_(x_hat, mean_u_x_hat, value=-1).mul_(inv_rms)
+        return grad_x.to(ctx.x_dtype), grad_weight, None

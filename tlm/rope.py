@@ -49,10 +49,21 @@ class RotaryPositionalEmbedding(nn.Module):
             if token_positions.ndim == 0 or token_positions.shape[-1] != seq:
                 raise ValueError(f"token_positions must have shape (..., seq={seq}), got {tuple(token_positions.shape)}")
             cos, sin = self.cos[token_positions], self.sin[token_positions]
-        cos, sin = cos.to(x.dtype), sin.to(x.dtype)
-        x_even, x_odd = x[..., 0::2], x[..., 1::2]
-        rotated = torch.stack((x_even * cos - x_odd * sin, x_even * sin + x_odd * cos), dim=-1)
-        return rotated.flatten(-2)  # interleave back: (e0, o0, e1, o1, ...)
+        # each pair (x0, x1) as the complex number x0 + i x1, turned by e^(i theta) = cos + i sin
+        turn = torch.complex(cos.float(), sin.float())
+        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))  # a view for float32
+        if not torch.compiler.is_compiling() and not _whole_pairs(pairs):
+            pairs = pairs.clone(memory_format=torch.contiguous_format)
+        rotated = torch.view_as_complex(pairs) * turn.to(_COMPLEX[pairs.dtype])
+        return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"
+
+
+_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+
+
+def _whole_pairs(pairs: Tensor) -> bool:
+    """Whether view_as_complex can read `pairs` in place: each pair two adjacent floats, every pair aligned."""
+    return pairs.stride(-1) == 1 and pairs.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in pairs.stride()[:-1])

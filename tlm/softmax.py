@@ -5,8 +5,32 @@ __all__ = ['softmax']
 import torch
 from jaxtyping import Float
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 from tlm.init import _check_float_tensor
+
+
+class _Softmax(torch.autograd.Function):
+    """The stable softmax forward, and its backward written out (see "The backward pass, by hand")."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, dim: int) -> Tensor:
+        shift = x.amax(dim=dim, keepdim=True)
+        shift.masked_fill_(shift == float("-inf"), 0.0)  # all -inf: exp gives 0s, not NaN
+        y = (x - shift).exp_()  # exp in place: one new tensor for the whole forward
+        total = y.sum(dim=dim, keepdim=True)
+        y /= total.clamp_min(torch.finfo(total.dtype).tiny)
+        ctx.save_for_backward(y)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, grad_y: Tensor) -> tuple[Tensor, None]:
+        (y,) = ctx.saved_tensors
+        grad_x = grad_y * y  # y_i g_i ...
+        grad_x.addcmul_(y, grad_x.sum(dim=ctx.dim, keepdim=True), value=-1)  # ... - y_i sum_j y_j g_j
+        return grad_x, None
 
 
 def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
@@ -21,8 +45,4 @@ def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
     _check_float_tensor("x", x)
     if isinstance(dim, bool) or not isinstance(dim, int) or not -max(x.ndim, 1) <= dim < max(x.ndim, 1):
         raise ValueError(f"dim must be an int in [{-max(x.ndim, 1)}, {max(x.ndim, 1)}) for x of shape {tuple(x.shape)}, got {dim!r}")
-    shift = x.amax(dim=dim, keepdim=True)
-    shift = shift.masked_fill(shift == float("-inf"), 0.0)  # all -inf: exp gives 0s, not NaN
-    exp = torch.exp(x - shift)
-    total = exp.sum(dim=dim, keepdim=True)
-    return exp / total.clamp_min(torch.finfo(total.dtype).tiny)
+    return _Softmax.apply(x, dim)

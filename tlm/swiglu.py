@@ -5,6 +5,7 @@ __all__ = ['silu', 'default_d_ff', 'SwiGLU']
 import math
 
 import torch
+import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
@@ -13,9 +14,9 @@ from tlm.linear import Linear
 
 
 def silu(x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
-    """SiLU (Swish) activation, x * sigmoid(x), elementwise."""
+    """SiLU (Swish) activation, x * sigmoid(x), elementwise (PyTorch's fused kernel)."""
     _check_float_tensor("x", x)
-    return x * torch.sigmoid(x)
+    return F.silu(x)
 
 
 def default_d_ff(d_model: int, multiple_of: int = 64) -> int:
