@@ -5,8 +5,8 @@ __all__ = ['scaled_dot_product_attention', 'MultiHeadSelfAttention']
 import math
 
 import torch
-from einops import rearrange
 import torch.nn.functional as F
+from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from tlm.attention import _attend, _causal_bias  # the exact computation MultiHeadSelfAttention runs
+
 
 def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10, warmup: int = 2,
                      device: torch.device | str | None = None) -> dict[str, list[float]]:
@@ -19,9 +21,9 @@ def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10, wa
     """
     if not fns:
         raise ValueError("fns must name at least one function to time")
-    for name, value in (("repeats", repeats), ("warmup", warmup)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < (1 if name == "repeats" else 0):
-            raise ValueError(f"{name} must be an int >= {1 if name == 'repeats' else 0}, got {value!r}")
+    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
     cuda = torch.device(device).type == "cuda" if device is not None else False
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(warmup):
@@ -48,18 +50,18 @@ def summarize(times: dict[str, list[float]], baseline: str) -> list[dict]:
             for name, t in times.items()]
 
 
-def training_step(model: nn.Module, token_ids: Tensor) -> Callable[[], float]:
+def training_step(model: nn.Module, token_ids: Tensor) -> Callable[[], Tensor]:
     """A function running one forward + backward pass of next-token cross-entropy (no optimizer step).
 
     Works for a TransformerLM and for a Hugging Face causal LM (whose output has `.logits`).
     """
-    def step() -> float:
+    def step() -> Tensor:
         model.zero_grad(set_to_none=True)
         logits = model(token_ids[:, :-1])
         logits = getattr(logits, "logits", logits)
         loss = F.cross_entropy(logits.flatten(0, 1), token_ids[:, 1:].flatten())
         loss.backward()
-        return loss.detach()
+        return loss.detach()  # the loss, for checking that contenders agree
     return step
 
 
@@ -96,8 +98,6 @@ def attention_sweep(seq_lens, batch: int = 1, heads: int = 8, d_k: int = 32, rep
 
     For each length: median seconds, bytes saved for the backward pass, and on CUDA the peak memory.
     """
-    from tlm.attention import _attend, _causal_bias  # the exact computation MultiHeadSelfAttention runs
-
     device = torch.device(device) if device is not None else torch.device("cpu")
     rows = []
     for T in seq_lens:
