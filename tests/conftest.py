@@ -5,3 +5,20 @@ import torch
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+class RecordCalls(torch.overrides.TorchFunctionMode):
+    """While active, records every torch function called (including torch.nn.functional)."""
+
+    def __init__(self):
+        super().__init__()
+        self.called = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.called.append(func)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def record_calls():
+    return RecordCalls

@@ -14,12 +14,38 @@ def make_model(dtype=torch.float64):
 def test_cached_logits_equal_full_recomputation():
     model = make_model()
     ids = torch.randint(0, 300, (3, 20))
-    cache = tlm.KVCache.for_model(model)
-    parts = [model(ids[:, :7], kv_cache=cache)]
-    for t in range(7, 20):
-        parts.append(model(ids[:, t : t + 1], kv_cache=cache))
-    assert cache.seq_len == 20
+    with tlm.KVCache(model) as cache:
+        parts = [model(ids[:, :7])]
+        for t in range(7, 20):
+            parts.append(model(ids[:, t : t + 1]))
+        assert cache.seq_len == 20
     torch.testing.assert_close(torch.cat(parts, dim=1), model(ids), rtol=1e-10, atol=1e-10)
+
+
+def test_cache_restores_layers_and_state_dict_even_after_an_error():
+    model = make_model()
+    keys = list(model.state_dict())
+    originals = [block.attn for block in model.layers]
+    with pytest.raises(RuntimeError, match="boom"):
+        with tlm.KVCache(model):
+            assert all(isinstance(block.attn, tlm.LayerKVCache) for block in model.layers)
+            raise RuntimeError("boom")
+    assert [block.attn for block in model.layers] == originals
+    assert list(model.state_dict()) == keys
+    ids = torch.randint(0, 300, (1, 5))
+    with tlm.KVCache(model):
+        model(ids)
+    torch.testing.assert_close(model(ids), make_model()(ids))  # weights untouched
+
+
+def test_cached_layer_continues_positions_and_offsets_the_mask():
+    """One layer with a cache equals the layer on the full sequence, row for row."""
+    attn = tlm.MultiHeadSelfAttention(32, 4, 16, 10_000.0, dtype=torch.float64)
+    x = torch.randn(2, 9, 32, dtype=torch.float64)
+    layer = tlm.LayerKVCache(attn, capacity=16)
+    out = torch.cat([layer(x[:, :4]), layer(x[:, 4:5]), layer(x[:, 5:])], dim=1)
+    torch.testing.assert_close(out, attn(x), rtol=1e-12, atol=1e-12)
+    assert layer.seq_len == 9 and layer.k.shape == (2, 4, 16, 8)
 
 
 def test_greedy_with_cache_equals_recomputing_prefix():
@@ -81,10 +107,12 @@ def test_training_mode_restored_and_cache_capacity():
     model.train()
     tlm.generate(model, torch.tensor([1]), 3, temperature=0)
     assert model.training
-    cache = tlm.KVCache(1, 4)
-    cache[0].update(torch.zeros(1, 3, 2), torch.zeros(1, 3, 2))
-    with pytest.raises(ValueError, match="the cache holds at most 4 positions, got 5"):
-        cache[0].update(torch.zeros(1, 2, 2), torch.zeros(1, 2, 2))
+    with tlm.KVCache(model, capacity=4) as cache:
+        model(torch.tensor([[1, 2, 3]]))
+        with pytest.raises(ValueError, match="the cache holds at most 4 positions, "
+                                             "got 3 cached and 2 new"):
+            model(torch.tensor([[4, 5]]))
+    assert cache.seq_len == 3
 
 
 def test_bad_inputs():
@@ -104,7 +132,15 @@ def test_bad_inputs():
         tlm.generate(model, torch.tensor([[1, 300]]), 5)
     with pytest.raises(TypeError, match="prompt_ids must be an integer tensor"):
         tlm.generate(model, torch.tensor([[1.0]]), 5)
-    cache = tlm.KVCache.for_model(model)
-    model(torch.zeros(1, 60, dtype=torch.long), kv_cache=cache)
-    with pytest.raises(ValueError, match="60 cached positions"):
-        model(torch.zeros(1, 5, dtype=torch.long), kv_cache=cache)
+    with tlm.KVCache(model):
+        model(torch.zeros(1, 60, dtype=torch.long))
+        with pytest.raises(ValueError, match="at most 64 positions, got 60 cached and 5 new"):
+            model(torch.zeros(1, 5, dtype=torch.long))
+        with pytest.raises(ValueError, match="already has a KV cache attached"):
+            tlm.KVCache(model)
+    with pytest.raises(TypeError, match="model must be a tlm.TransformerLM"):
+        tlm.KVCache(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match="capacity must be at most context_length=64, got 65"):
+        tlm.KVCache(model, capacity=65)
+    with pytest.raises(ValueError, match="capacity must be a positive int, got 0"):
+        tlm.KVCache(model, capacity=0)

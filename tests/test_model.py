@@ -157,3 +157,15 @@ def test_bad_inputs():
         tlm.TransformerLM(**{**REF, "d_model": 60, "num_heads": 4})
     with pytest.raises(TypeError, match="src must be a path, a file or a state dict"):
         tlm.load_model_weights(model, 42)
+
+
+def test_default_model_uses_nothing_from_torch_nn_functional(record_calls):
+    """The from-scratch path (attn_implementation="eager"), forward and backward."""
+    model = tlm.TransformerLM(**REF)
+    ids = torch.randint(0, 10_000, (2, 16))
+    with record_calls() as record:
+        tlm.cross_entropy(model(ids), ids).backward()
+    functional = {getattr(f, "__name__", str(f)) for f in record.called
+                  if getattr(f, "__module__", "") == "torch.nn.functional"}
+    assert not functional, functional
+    assert record.called  # the mode did see the model's calls

@@ -1,5 +1,7 @@
 """The chapters themselves: every code cell executed in order, the book's table of contents complete."""
 
+import ast
+import re
 from pathlib import Path
 
 import nbformat
@@ -42,3 +44,78 @@ def test_toc_lists_every_chapter():
     assert chapters <= files, f"chapters missing from _toc.yml: {sorted(chapters - files)}"
     for f in files:
         assert any((ROOT / f).with_suffix(s).exists() for s in (".ipynb", ".md")), f"_toc.yml names a missing file: {f}"
+
+
+def _cells(path):
+    return nbformat.read(path, as_version=4).cells
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_code_lines_fit_the_page(path):
+    long = [(i, n, len(line)) for i, c in enumerate(_cells(path)) if c.cell_type == "code"
+            for n, line in enumerate(c.source.splitlines(), 1) if len(line) > 88]
+    assert not long, f"{path.name}: (cell, line, width) wider than 88 columns: {long}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_default_exp_cells_are_hidden_in_the_book(path):
+    for i, cell in enumerate(_cells(path)):
+        if cell.cell_type == "code" and "#| default_exp" in cell.source:
+            assert "remove-cell" in cell.metadata.get("tags", []), f"{path.name} cell {i}"
+
+
+def _headings(path):
+    return [line for c in _cells(path) if c.cell_type == "markdown"
+            for line in c.source.splitlines() if line.startswith("## ")]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_ends_with_a_summary(path):
+    headings = _headings(path)
+    assert headings and headings[-1] == "## Summary", f"{path.name}: last section {headings[-1:]}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_exercise_has_a_solution_in_a_dropdown(path):
+    cells = _cells(path)
+    text = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    if "## Exercises" not in text:
+        return
+    exercises = text.split("## Exercises", 1)[1].split(":::", 1)[0]
+    numbered = re.findall(r"^(\d+)\. ", exercises, flags=re.M)
+    solutions = re.findall(r"^:::\{admonition\} Solution (\d+)\n:class: dropdown$", text, flags=re.M)
+    assert numbered and numbered == solutions, f"{path.name}: exercises {numbered}, solutions {solutions}"
+
+
+# The first definition a reader meets of each chapter's object: the handout-level version,
+# short, and free of what later chapters explain (issue: teach first, optimize later).
+FIRST_DEFINITIONS = {
+    "05_rmsnorm.ipynb": {"RMSNorm": 30},
+    "06_swiglu.ipynb": {"silu": 8, "SwiGLU": 25},
+    "07_rope.ipynb": {"RotaryPositionalEmbedding": 40},
+    "08_softmax.ipynb": {"softmax": 15},
+    "09_attention.ipynb": {"scaled_dot_product_attention": 20, "MultiHeadSelfAttention": 45},
+}
+LATER_IDEAS = ("autograd.Function", "torch.nn.functional", "F.", "kv_cache", "cache",
+               "attn_implementation", "sdpa", "complex", "once_differentiable")
+
+
+@pytest.mark.parametrize("chapter", sorted(FIRST_DEFINITIONS))
+def test_first_definition_is_the_handout_version(chapter):
+    for name, max_lines in FIRST_DEFINITIONS[chapter].items():
+        for cell in _cells(ROOT / "chapters" / chapter):
+            if cell.cell_type != "code":
+                continue
+            tree = ast.parse("\n".join(line for line in cell.source.splitlines()
+                                       if not line.startswith(("#|", "%", "!"))))
+            nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+                     and n.name == name]
+            if nodes:
+                lines = nodes[0].end_lineno - nodes[0].lineno + 1
+                assert lines <= max_lines, f"{chapter}: first {name} has {lines} lines"
+                code = ast.unparse(nodes[0])
+                found = [idea for idea in LATER_IDEAS if idea in code]
+                assert not found, f"{chapter}: first {name} uses {found}"
+                break
+        else:
+            pytest.fail(f"{chapter}: no definition of {name}")

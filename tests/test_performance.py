@@ -54,9 +54,9 @@ def test_lm_logits_and_kv_cache_generation_agree():
     prompt = torch.randint(0, 64, (2, 4))
     # with a cache, "sdpa" gets the causal bias slice (queries offset by the cached positions)
     assert torch.equal(tlm.generate(eager, prompt, 10, temperature=0), tlm.generate(sdpa, prompt, 10, temperature=0))
-    cache = tlm.KVCache.for_model(sdpa)
-    sdpa(ids[:, :9], kv_cache=cache)
-    step = sdpa(ids[:, 9:12], kv_cache=cache)
+    with tlm.KVCache(sdpa):
+        sdpa(ids[:, :9])
+        step = sdpa(ids[:, 9:12])
     torch.testing.assert_close(step, sdpa(ids[:, :12])[:, 9:], **TOL)
 
 
@@ -72,13 +72,15 @@ def test_attn_implementation_in_config_and_validated():
         tlm.MultiHeadSelfAttention(32, 4, attn_implementation=None)
 
 
-def test_no_mask_built_per_call():
-    mha = tlm.MultiHeadSelfAttention(32, 4, 16, 10_000.0)
-    bias = mha.causal_bias
-    expected = torch.zeros(16, 16).masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), float("-inf"))
-    assert torch.equal(bias, expected) and "causal_bias" not in mha.state_dict()
-    mha(torch.randn(2, 16, 32))
-    assert mha.causal_bias is bias  # the buffer is reused, not rebuilt
+def test_causal_bias_by_hand_and_no_mask_buffers():
+    from tlm.attention import _causal_bias
+    inf = float("-inf")
+    # 2 new queries (positions 2, 3) over 4 keys: query 2 sees keys 0..2, query 3 all
+    assert torch.equal(_causal_bias(2, 4), torch.tensor([[0, 0, 0, inf], [0, 0, 0, 0]]))
+    assert torch.equal(_causal_bias(3, 3), torch.tensor([[0, inf, inf], [0, 0, inf], [0, 0, 0]]))
+    model = tlm.TransformerLM(**CONFIG)
+    # the only buffers are the shared RoPE tables: no (context x context) mask per layer
+    assert {name.split(".")[-1] for name, _ in model.named_buffers()} == {"cos", "sin"}
 
 
 @pytest.mark.filterwarnings("ignore:Torchinductor does not support code generation for complex")  # RoPE: eager kernel

@@ -78,7 +78,7 @@ def test_bad_inputs():
     with pytest.raises(ValueError, match="d_model must be a positive int, got 0"):
         tlm.RMSNorm(0)
     for eps in (0, -1e-5, "1e-5", None):
-        with pytest.raises(ValueError, match="eps must be a positive float"):
+        with pytest.raises(ValueError, match="eps must be a positive number"):
             tlm.RMSNorm(8, eps=eps)
 
 

@@ -90,3 +90,12 @@ def test_silu_derivative_matches_closed_form():
     (grad,) = torch.autograd.grad(tlm.silu(x), x, torch.ones_like(x))
     s = torch.sigmoid(x.detach())
     torch.testing.assert_close(grad, s * (1 + x.detach() * (1 - s)))  # derived by hand
+
+
+def test_silu_is_written_from_torch_sigmoid_not_f_silu(record_calls):
+    x = torch.randn(5, 7)
+    with record_calls() as record:
+        y = tlm.silu(x)
+    assert torch.sigmoid in record.called
+    assert not [f for f in record.called if getattr(f, "__module__", "") == "torch.nn.functional"]
+    assert torch.equal(y, x * torch.sigmoid(x))  # exactly the formula, bit for bit

@@ -5,8 +5,9 @@ __all__ = ['param_breakdown', 'count_params', 'flops_breakdown', 'forward_flops'
 import torch
 
 
-def param_breakdown(*, vocab_size: int, d_model: int, num_layers: int, d_ff: int, **_) -> dict[str, int]:
-    """Parameters of a TransformerLM by part; accepts a TransformerLM's config as keywords."""
+def param_breakdown(*, vocab_size: int, d_model: int, num_layers: int, d_ff: int,
+                    **_) -> dict[str, int]:
+    """Parameters of a TransformerLM by part; accepts a TransformerLM's config."""
     return {
         "token embeddings": vocab_size * d_model,
         "attention": num_layers * 4 * d_model * d_model,
@@ -21,9 +22,10 @@ def count_params(**config) -> int:
     return sum(param_breakdown(**config).values())
 
 
-def flops_breakdown(*, vocab_size: int, context_length: int, d_model: int, num_layers: int, d_ff: int,
-                    batch_size: int = 1, **_) -> dict[str, int]:
-    """Matmul FLOPs (2 per multiply-add) of one forward pass over batch_size sequences of context_length tokens."""
+def flops_breakdown(*, vocab_size: int, context_length: int, d_model: int,
+                    num_layers: int, d_ff: int, batch_size: int = 1,
+                    **_) -> dict[str, int]:
+    """Matmul FLOPs (2 per multiply-add) of a forward pass over batch_size sequences."""
     T, d, L = context_length, d_model, num_layers
     parts = {
         "attention projections": L * 4 * 2 * T * d * d,

@@ -10,36 +10,25 @@ from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
-from tlm.init import _check_float_tensor, _check_index_tensor, _check_positive_int
 from tlm.linear import Linear
 from tlm.rope import RotaryPositionalEmbedding
 from tlm.softmax import softmax
+from tlm.utils import (_check_attention_inputs, _check_float_tensor,
+                       _check_index_tensor, _check_positive_int)
 
 
-def _check_attention_inputs(Q, K, V, mask) -> None:
-    for name, t in (("Q", Q), ("K", K), ("V", V)):
-        _check_float_tensor(name, t)
-        if t.ndim < 2:
-            raise ValueError(f"{name} must have shape (..., seq, dim), got shape {tuple(t.shape)}")
-    if K.shape[-1] != Q.shape[-1]:
-        raise ValueError(f"K must have last dimension d_k={Q.shape[-1]} like Q, got shape {tuple(K.shape)}")
-    if V.shape[-2] != K.shape[-2]:
-        raise ValueError(f"V must have as many rows as K ({K.shape[-2]} keys), got shape {tuple(V.shape)}")
-    try:
-        batch = torch.broadcast_shapes(Q.shape[:-2], K.shape[:-2], V.shape[:-2])
-    except RuntimeError:
-        raise ValueError(f"batch dimensions of Q {tuple(Q.shape)}, K {tuple(K.shape)}, V {tuple(V.shape)} do not broadcast") from None
-    if mask is None:
-        return
-    if not isinstance(mask, Tensor) or mask.dtype != torch.bool:
-        raise TypeError(f"mask must be a bool tensor (True = may attend), got {mask.dtype if isinstance(mask, Tensor) else type(mask).__name__}")
-    scores = (*batch, Q.shape[-2], K.shape[-2])
-    try:
-        ok = torch.broadcast_shapes(mask.shape, scores) == scores
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"mask of shape {tuple(mask.shape)} does not broadcast to the scores' shape {scores} (..., queries, keys)")
+def _attend(Q: Tensor, K: Tensor, V: Tensor, bias: Tensor | None) -> Tensor:
+    """softmax(Q K^T / sqrt(d_k) + bias) V, unchecked; bias is 0 (attend) or -inf."""
+    scores = (Q * (1.0 / math.sqrt(Q.shape[-1]))) @ K.transpose(-2, -1)
+    if bias is not None:
+        scores += bias
+    return softmax(scores, dim=-1) @ V
+
+
+def _causal_bias(n_queries: int, n_keys: int, device=None, dtype=None) -> Tensor:
+    """0 where query i (the last n_queries of n_keys) may see key j <= i, -inf above."""
+    full = torch.full((n_queries, n_keys), float("-inf"), device=device, dtype=dtype)
+    return full.triu(diagonal=n_keys - n_queries + 1)
 
 
 def scaled_dot_product_attention(
@@ -48,107 +37,106 @@ def scaled_dot_product_attention(
     V: Float[Tensor, "... m d_v"],
     mask: Bool[Tensor, "... n m"] | None = None,
 ) -> Float[Tensor, "... n d_v"]:
-    """softmax(Q K^T / sqrt(d_k)) V, with mask True = may attend; a query that may attend to nothing gets zeros."""
-    _check_attention_inputs(Q, K, V, mask)
-    bias = None if mask is None else torch.zeros(mask.shape, dtype=Q.dtype, device=Q.device).masked_fill_(~mask, float("-inf"))
-    return _attend(Q, K, V, bias)
+    """softmax(Q K^T / sqrt(d_k)) V; mask True = may attend.
 
-
-def _attend(Q: Tensor, K: Tensor, V: Tensor, bias: Tensor | None) -> Tensor:
-    """The computation itself, without checks; `bias` is 0 where a query may attend and -inf where not."""
-    scores = (Q * (1.0 / math.sqrt(Q.shape[-1]))) @ K.transpose(-2, -1)
-    if bias is not None:
-        scores += bias
-    return softmax(scores, dim=-1) @ V
-
-
-class MultiHeadSelfAttention(nn.Module):
-    """Causal multi-head self-attention, with RoPE on queries and keys when `theta` is given.
-
-    Args:
-        d_model: model width; must be divisible by num_heads.
-        num_heads: number of heads h; each has d_k = d_v = d_model / h.
-        max_seq_len: longest sequence (needed with theta; sizes the RoPE and mask caches).
-        theta: RoPE base Θ; None for no positional rotation.
-        device, dtype: as in torch.nn.
-        rope: an existing RotaryPositionalEmbedding to share (e.g. one per model), instead of theta.
-        attn_implementation: "eager" (the attention of this chapter) or "sdpa" (PyTorch's fused
-            F.scaled_dot_product_attention); the two agree to float rounding.
+    A query that may attend to no key gets the zero vector.
     """
-
-    def __init__(self, d_model: int, num_heads: int, max_seq_len: int | None = None, theta: float | None = None,
-                 device=None, dtype=None, rope: RotaryPositionalEmbedding | None = None,
-                 attn_implementation: str = "eager"):
-        super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        self.num_heads = _check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
-        self.d_k = d_model // num_heads
-        self.max_seq_len = None if max_seq_len is None else _check_positive_int("max_seq_len", max_seq_len)
-        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (
-            Linear(d_model, d_model, device=device, dtype=dtype) for _ in range(4)
-        )
-        if rope is None and theta is not None:
-            if self.max_seq_len is None:
-                raise ValueError("max_seq_len must be given together with theta (it sizes the RoPE cache)")
-            rope = RotaryPositionalEmbedding(theta, self.d_k, self.max_seq_len, device=device)
-        if rope is not None and rope.d_k != self.d_k:
-            raise ValueError(f"rope.d_k={rope.d_k} must equal d_model / num_heads = {self.d_k}")
-        self.rope = rope
-        if attn_implementation not in ATTN_IMPLEMENTATIONS:
-            raise ValueError(f"attn_implementation must be one of {ATTN_IMPLEMENTATIONS}, got {attn_implementation!r}")
-        self.attn_implementation = attn_implementation
-        if self.max_seq_len is not None:  # built once, sliced per call
-            bias = _causal_bias(self.max_seq_len, self.max_seq_len, device, dtype)
-            self.register_buffer("causal_bias", bias, persistent=False)
-        else:
-            self.causal_bias = None
-
-    def forward(self, x: Float[Tensor, "... seq d_model"], token_positions: Int[Tensor, "... seq"] | None = None,
-                kv_cache=None) -> Float[Tensor, "... seq d_model"]:
-        """`kv_cache` (see tlm.KVCache): keys/values of earlier positions, extended in place by this call."""
-        _check_float_tensor("x", x, self.d_model, "d_model")
-        if x.ndim < 2:
-            raise ValueError(f"x must have shape (..., seq, d_model), got shape {tuple(x.shape)}")
-        T = x.shape[-2]
-        past = 0 if kv_cache is None else kv_cache.seq_len  # positions already in the cache
-        if self.max_seq_len is not None and past + T > self.max_seq_len:
-            cached = f" after {past} cached ones" if past else ""
-            raise ValueError(f"x has seq={T} positions{cached}, more than max_seq_len={self.max_seq_len}")
-        # heads become a batch axis: (..., T, h * d_k) -> (..., h, T, d_k)
-        q, k, v = (rearrange(proj(x), "... t (h d) -> ... h t d", h=self.num_heads)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
-        if self.rope is not None:
-            if token_positions is not None:
-                _check_index_tensor("token_positions", token_positions, self.rope.max_seq_len, "max_seq_len")
-                token_positions = token_positions.unsqueeze(-2)  # (..., T) -> (..., 1, T): same for every head
-            elif past:
-                token_positions = torch.arange(past, past + T, device=x.device)  # absolute positions of the new tokens
-            q, k = self.rope(q, token_positions), self.rope(k, token_positions)
-        if kv_cache is not None:
-            k, v = kv_cache.update(k, v)  # all keys/values so far: (..., h, past + T, d_k)
-        if self.attn_implementation == "sdpa" and past == 0:
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # no mask tensor at all
-        else:
-            if self.causal_bias is not None:
-                bias = self.causal_bias[past : past + T, : past + T]  # a view: nothing is built per call
-            else:
-                bias = _causal_bias(T, past + T, x.device, q.dtype)
-            if self.attn_implementation == "sdpa":
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.to(q.dtype))
-            else:
-                out = _attend(q, k, v, bias)
-        return self.output_proj(rearrange(out, "... h t d -> ... t (h d)"))
-
-    def extra_repr(self) -> str:
-        return f"d_model={self.d_model}, num_heads={self.num_heads}, attn_implementation={self.attn_implementation!r}"
+    _check_attention_inputs(Q, K, V, mask)
+    bias = None
+    if mask is not None:
+        bias = torch.zeros(mask.shape, dtype=Q.dtype, device=Q.device)
+        bias.masked_fill_(~mask, float("-inf"))
+    return _attend(Q, K, V, bias)
 
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
 
 
-def _causal_bias(n_queries: int, n_keys: int, device=None, dtype=None) -> Tensor:
-    """0 where query i (the last n_queries of n_keys positions) may see key j, i.e. j <= i; -inf above."""
-    full = torch.full((n_queries, n_keys), float("-inf"), device=device, dtype=dtype)
-    return full.triu(diagonal=n_keys - n_queries + 1)
+class MultiHeadSelfAttention(nn.Module):
+    """Causal multi-head self-attention, with RoPE on queries and keys if theta is set.
+
+    Args:
+        d_model: model width; must be divisible by num_heads.
+        num_heads: number of heads h; each has d_k = d_v = d_model / h.
+        max_seq_len: longest sequence (needed with theta: it sizes the RoPE tables).
+        theta: RoPE base; None for no rotation.
+        device, dtype: as in torch.nn.
+        rope: a RotaryPositionalEmbedding shared with other layers, instead of theta.
+        attn_implementation: "eager" (this chapter's _attend) or "sdpa"
+            (F.scaled_dot_product_attention); the two agree to float rounding.
+    """
+
+    def __init__(self, d_model: int, num_heads: int, max_seq_len: int | None = None,
+                 theta: float | None = None, device=None, dtype=None,
+                 rope: RotaryPositionalEmbedding | None = None,
+                 attn_implementation: str = "eager"):
+        super().__init__()
+        self.d_model = _check_positive_int("d_model", d_model)
+        self.num_heads = _check_positive_int("num_heads", num_heads)
+        if d_model % num_heads:
+            raise ValueError(f"d_model={d_model} must be divisible by "
+                             f"num_heads={num_heads}")
+        self.d_k = d_model // num_heads
+        if max_seq_len is not None:
+            _check_positive_int("max_seq_len", max_seq_len)
+        self.max_seq_len = max_seq_len
+        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+            raise ValueError("attn_implementation must be one of "
+                             f"{ATTN_IMPLEMENTATIONS}, got {attn_implementation!r}")
+        self.attn_implementation = attn_implementation
+        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (
+            Linear(d_model, d_model, device=device, dtype=dtype) for _ in range(4))
+        if rope is None and theta is not None:
+            if max_seq_len is None:
+                raise ValueError("max_seq_len must be given together with theta "
+                                 "(it sizes the RoPE tables)")
+            rope = RotaryPositionalEmbedding(theta, self.d_k, max_seq_len, device)
+        if rope is not None and rope.d_k != self.d_k:
+            raise ValueError(f"rope.d_k={rope.d_k} must equal "
+                             f"d_model / num_heads = {self.d_k}")
+        self.rope = rope
+
+    def forward(self, x: Float[Tensor, "... seq d_model"],
+                token_positions: Int[Tensor, "... seq"] | None = None
+                ) -> Float[Tensor, "... seq d_model"]:
+        q, k, v = self.project(x, token_positions)
+        return self.merge(self.attend(q, k, v))
+
+    def project(self, x: Tensor, token_positions: Tensor | None = None
+                ) -> tuple[Tensor, Tensor, Tensor]:
+        """Queries, keys, values, heads split off, q and k rotated: (..., h, T, d_k)."""
+        _check_float_tensor("x", x, self.d_model, "d_model")
+        if x.ndim < 2:
+            raise ValueError(f"x must have shape (..., seq, d_model), "
+                             f"got {tuple(x.shape)}")
+        T = x.shape[-2]
+        if self.max_seq_len is not None and T > self.max_seq_len:
+            raise ValueError(f"x has seq={T} positions, "
+                             f"more than max_seq_len={self.max_seq_len}")
+        q, k, v = (rearrange(proj(x), "... t (h d) -> ... h t d", h=self.num_heads)
+                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        if self.rope is not None:
+            if token_positions is not None:
+                _check_index_tensor("token_positions", token_positions,
+                                    self.rope.max_seq_len, "max_seq_len")
+                token_positions = token_positions.unsqueeze(-2)  # same for all heads
+            q, k = self.rope(q, token_positions), self.rope(k, token_positions)
+        return q, k, v
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """Causal attention of n queries (the last n of m positions) over m keys."""
+        n, m = q.shape[-2], k.shape[-2]
+        if self.attn_implementation == "sdpa" and n == m:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        bias = _causal_bias(n, m, q.device, q.dtype)
+        if self.attn_implementation == "sdpa":
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+        return _attend(q, k, v, bias)
+
+    def merge(self, out: Tensor) -> Tensor:
+        """Concatenate the heads and mix them: (..., h, T, d_k) -> (..., T, d_model)."""
+        return self.output_proj(rearrange(out, "... h t d -> ... t (h d)"))
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
+                f"attn_implementation={self.attn_implementation!r}")

@@ -17,23 +17,26 @@ class TransformerBlock(nn.Module):
 
     Args:
         d_model, num_heads, d_ff: widths (d_model divisible by num_heads).
-        max_seq_len, theta: RoPE cache size and base.
+        max_seq_len, theta: RoPE table size and base.
         device, dtype: as in torch.nn.
-        rope: a RotaryPositionalEmbedding shared with other blocks (then theta is not used).
+        rope: a RotaryPositionalEmbedding shared with other blocks (theta unused then).
         attn_implementation: "eager" or "sdpa", passed to MultiHeadSelfAttention.
     """
 
-    def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int, theta: float,
-                 device=None, dtype=None, rope: RotaryPositionalEmbedding | None = None,
+    def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int,
+                 theta: float, device=None, dtype=None,
+                 rope: RotaryPositionalEmbedding | None = None,
                  attn_implementation: str = "eager"):
         super().__init__()
         self.ln1 = RMSNorm(d_model, device=device, dtype=dtype)
-        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta, device=device, dtype=dtype, rope=rope,
+        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta,
+                                           device=device, dtype=dtype, rope=rope,
                                            attn_implementation=attn_implementation)
         self.ln2 = RMSNorm(d_model, device=device, dtype=dtype)
         self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
 
-    def forward(self, x: Float[Tensor, "... seq d_model"], token_positions: Int[Tensor, "... seq"] | None = None,
-                kv_cache=None) -> Float[Tensor, "... seq d_model"]:
-        x = x + self.attn(self.ln1(x), token_positions, kv_cache)
+    def forward(self, x: Float[Tensor, "... seq d_model"],
+                token_positions: Int[Tensor, "... seq"] | None = None
+                ) -> Float[Tensor, "... seq d_model"]:
+        x = x + self.attn(self.ln1(x), token_positions)
         return x + self.ffn(self.ln2(x))

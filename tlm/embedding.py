@@ -6,29 +6,34 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from tlm.init import _check_index_tensor, _check_positive_int, init_embedding_weight_
+from tlm.init import init_embedding_weight_
+from tlm.utils import _check_index_tensor, _check_positive_int
 
 
 class Embedding(nn.Module):
-    """A lookup table mapping token ids to vectors; `weight` has shape (num_embeddings, embedding_dim).
+    """Vectors looked up by token id; `weight` is (num_embeddings, embedding_dim).
 
     Args:
         num_embeddings: vocabulary size V.
         embedding_dim: size d_model of each vector.
-        device, dtype: where and in which dtype to create the weight, as in torch.nn.
+        device, dtype: where and in which dtype to create the weight (as in torch.nn).
     """
 
-    def __init__(self, num_embeddings: int, embedding_dim: int, device=None, dtype=None):
+    def __init__(self, num_embeddings: int, embedding_dim: int, device=None,
+                 dtype=None):
         super().__init__()
         self.num_embeddings = _check_positive_int("num_embeddings", num_embeddings)
         self.embedding_dim = _check_positive_int("embedding_dim", embedding_dim)
         weight = torch.empty(num_embeddings, embedding_dim, device=device, dtype=dtype)
         self.weight = nn.Parameter(init_embedding_weight_(weight))
 
-    def forward(self, token_ids: Int[Tensor, "..."]) -> Float[Tensor, "... embedding_dim"]:
-        _check_index_tensor("token_ids", token_ids, self.num_embeddings, "num_embeddings")
-        rows = self.weight.index_select(0, token_ids.reshape(-1).long())  # int64 passes through as is
+    def forward(self, token_ids: Int[Tensor, "..."]) -> Float[Tensor, "... d_model"]:
+        V = self.num_embeddings
+        _check_index_tensor("token_ids", token_ids, V, "num_embeddings")
+        flat = token_ids.reshape(-1).long()  # .long() is a no-op for int64 ids
+        rows = self.weight.index_select(0, flat)
         return rows.view(*token_ids.shape, self.embedding_dim)
 
     def extra_repr(self) -> str:
-        return f"num_embeddings={self.num_embeddings}, embedding_dim={self.embedding_dim}"
+        return (f"num_embeddings={self.num_embeddings}, "
+                f"embedding_dim={self.embedding_dim}")

@@ -9,7 +9,7 @@ from tlm.model import TransformerLM
 
 
 def qk_row_permutation(num_heads: int, d_k: int) -> Tensor:
-    """Row order taking adjacent-pair RoPE (tlm) to half-split RoPE (Llama), head by head."""
+    """Row order taking adjacent-pair RoPE (tlm) to half-split RoPE (Llama)."""
     within = torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])
     return torch.cat([h * d_k + within for h in range(num_heads)])
 
@@ -18,65 +18,83 @@ def _import_llama():
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError as err:
-        raise ImportError("converting to/from Llama needs the transformers package: pip install transformers") from err
+        raise ImportError("converting to or from Llama needs the transformers package: "
+                          "pip install transformers") from err
     return LlamaConfig, LlamaForCausalLM
 
 
-_RENAMES = {"ln1": "input_layernorm", "ln2": "post_attention_layernorm", "attn.q_proj": "self_attn.q_proj",
-            "attn.k_proj": "self_attn.k_proj", "attn.v_proj": "self_attn.v_proj", "attn.output_proj": "self_attn.o_proj",
-            "ffn.w1": "mlp.gate_proj", "ffn.w3": "mlp.up_proj", "ffn.w2": "mlp.down_proj"}
+_RENAMES = {  # tlm name in a block -> Hugging Face name in a decoder layer
+    "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
+    "attn.q_proj": "self_attn.q_proj", "attn.k_proj": "self_attn.k_proj",
+    "attn.v_proj": "self_attn.v_proj", "attn.output_proj": "self_attn.o_proj",
+    "ffn.w1": "mlp.gate_proj", "ffn.w3": "mlp.up_proj", "ffn.w2": "mlp.down_proj",
+}
+_ROTATED = ("attn.q_proj", "attn.k_proj")
 
 
 def to_hf_llama(model: TransformerLM, attn_implementation: str = "eager"):
-    """A Hugging Face LlamaForCausalLM computing the same logits as `model` (weights copied)."""
+    """A Hugging Face LlamaForCausalLM computing the same logits as `model`."""
     LlamaConfig, LlamaForCausalLM = _import_llama()
     c = model.config
     config = LlamaConfig(
-        vocab_size=c["vocab_size"], hidden_size=c["d_model"], intermediate_size=c["d_ff"],
-        num_hidden_layers=c["num_layers"], num_attention_heads=c["num_heads"], num_key_value_heads=c["num_heads"],
-        max_position_embeddings=c["context_length"], rms_norm_eps=model.ln_final.eps, rope_theta=c["rope_theta"],
-        hidden_act="silu", tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
+        vocab_size=c["vocab_size"], hidden_size=c["d_model"],
+        intermediate_size=c["d_ff"], num_hidden_layers=c["num_layers"],
+        num_attention_heads=c["num_heads"], num_key_value_heads=c["num_heads"],
+        max_position_embeddings=c["context_length"],
+        rms_norm_eps=model.ln_final.eps, rope_theta=c["rope_theta"], hidden_act="silu",
+        tie_word_embeddings=False, attention_bias=False, mlp_bias=False,
         attn_implementation=attn_implementation,
     )
     weight = model.lm_head.weight
     hf = LlamaForCausalLM(config).to(device=weight.device, dtype=weight.dtype)
-    perm = qk_row_permutation(c["num_heads"], c["d_model"] // c["num_heads"]).to(weight.device)
-    state = {"model.embed_tokens.weight": model.token_embeddings.weight, "model.norm.weight": model.ln_final.weight,
-             "lm_head.weight": weight}
+    d_k = c["d_model"] // c["num_heads"]
+    perm = qk_row_permutation(c["num_heads"], d_k).to(weight.device)
+    state = {"model.embed_tokens.weight": model.token_embeddings.weight,
+             "model.norm.weight": model.ln_final.weight, "lm_head.weight": weight}
     for i, layer in enumerate(model.layers):
         for ours, theirs in _RENAMES.items():
             w = layer.get_submodule(ours).weight
-            state[f"model.layers.{i}.{theirs}.weight"] = w[perm] if ours in ("attn.q_proj", "attn.k_proj") else w
+            key = f"model.layers.{i}.{theirs}.weight"
+            state[key] = w[perm] if ours in _ROTATED else w
     hf.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
     return hf.eval()
 
 
 def from_hf_llama(hf) -> TransformerLM:
-    """A TransformerLM with the weights of a Hugging Face LlamaForCausalLM (plain multi-head, default RoPE)."""
+    """A TransformerLM with a LlamaForCausalLM's weights (multi-head, default RoPE)."""
     cfg = hf.config
-    rope = getattr(cfg, "rope_parameters", None) or {"rope_theta": getattr(cfg, "rope_theta", None), "rope_type": "default"}
-    unsupported = {
+    rope = (getattr(cfg, "rope_parameters", None)
+            or {"rope_theta": getattr(cfg, "rope_theta", None), "rope_type": "default"})
+    unsupported = {  # what this model cannot represent: name -> (got, supported)
         "num_key_value_heads": (cfg.num_key_value_heads, cfg.num_attention_heads),
-        "tie_word_embeddings": (cfg.tie_word_embeddings, False), "attention_bias": (cfg.attention_bias, False),
-        "mlp_bias": (getattr(cfg, "mlp_bias", False), False), "hidden_act": (cfg.hidden_act, "silu"),
+        "tie_word_embeddings": (cfg.tie_word_embeddings, False),
+        "attention_bias": (cfg.attention_bias, False),
+        "mlp_bias": (getattr(cfg, "mlp_bias", False), False),
+        "hidden_act": (cfg.hidden_act, "silu"),
         "rope_type": (rope.get("rope_type", "default"), "default"),
     }
     for name, (got, want) in unsupported.items():
         if got != want:
-            raise ValueError(f"from_hf_llama supports {name}={want!r} only, got {got!r}")
+            raise ValueError(f"from_hf_llama supports {name}={want!r} only, "
+                             f"got {got!r}")
     weight = hf.lm_head.weight
-    model = TransformerLM(cfg.vocab_size, cfg.max_position_embeddings, cfg.hidden_size, cfg.num_hidden_layers,
-                          cfg.num_attention_heads, cfg.intermediate_size, rope["rope_theta"],
+    model = TransformerLM(cfg.vocab_size, cfg.max_position_embeddings, cfg.hidden_size,
+                          cfg.num_hidden_layers, cfg.num_attention_heads,
+                          cfg.intermediate_size, rope["rope_theta"],
                           device=weight.device, dtype=weight.dtype)
-    for norm in [model.ln_final] + [m for layer in model.layers for m in (layer.ln1, layer.ln2)]:
-        norm.eps = cfg.rms_norm_eps
-    inverse = torch.argsort(qk_row_permutation(cfg.num_attention_heads, cfg.hidden_size // cfg.num_attention_heads))
+    for layer in model.layers:
+        layer.ln1.eps = layer.ln2.eps = cfg.rms_norm_eps
+    model.ln_final.eps = cfg.rms_norm_eps
+    d_k = cfg.hidden_size // cfg.num_attention_heads
+    inverse = torch.argsort(qk_row_permutation(cfg.num_attention_heads, d_k))
     hf_state = hf.state_dict()
-    state = {"token_embeddings.weight": hf_state["model.embed_tokens.weight"], "ln_final.weight": hf_state["model.norm.weight"],
+    state = {"token_embeddings.weight": hf_state["model.embed_tokens.weight"],
+             "ln_final.weight": hf_state["model.norm.weight"],
              "lm_head.weight": hf_state["lm_head.weight"]}
     for i in range(cfg.num_hidden_layers):
         for ours, theirs in _RENAMES.items():
             w = hf_state[f"model.layers.{i}.{theirs}.weight"]
-            state[f"layers.{i}.{ours}.weight"] = w[inverse.to(w.device)] if ours in ("attn.q_proj", "attn.k_proj") else w
-    model.load_state_dict({k: v.detach().clone() for k, v in state.items()}, strict=True)
+            rows = inverse.to(w.device)
+            state[f"layers.{i}.{ours}.weight"] = w[rows] if ours in _ROTATED else w
+    model.load_state_dict({k: v.detach().clone() for k, v in state.items()})
     return model

@@ -6,16 +6,17 @@ import torch
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from tlm.init import _check_float_tensor, _check_positive_int, init_linear_weight_
+from tlm.init import init_linear_weight_
+from tlm.utils import _check_float_tensor, _check_positive_int
 
 
 class Linear(nn.Module):
-    """A linear map y = x W^T with no bias; `weight` has shape (out_features, in_features).
+    """A linear map y = x W^T with no bias; `weight` is (out_features, in_features).
 
     Args:
         in_features: size d_in of each input vector.
         out_features: size d_out of each output vector.
-        device, dtype: where and in which dtype to create the weight, as in torch.nn.
+        device, dtype: where and in which dtype to create the weight (as in torch.nn).
     """
 
     def __init__(self, in_features: int, out_features: int, device=None, dtype=None):
@@ -30,4 +31,5 @@ class Linear(nn.Module):
         return x @ self.weight.T
 
     def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias=False"
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                "bias=False")

@@ -10,87 +10,105 @@ from torch import Tensor, nn
 
 from tlm.block import TransformerBlock
 from tlm.embedding import Embedding
-from tlm.init import _check_index_tensor, _check_positive_int
 from tlm.linear import Linear
 from tlm.rmsnorm import RMSNorm
 from tlm.rope import RotaryPositionalEmbedding
+from tlm.utils import _check_index_tensor, _check_positive_int
 
 COMPILE_PREFIX = "_orig_mod."
 
 
 class TransformerLM(nn.Module):
-    """Decoder-only pre-norm Transformer: embeddings -> blocks -> ln_final -> lm_head -> logits.
+    """Decoder-only pre-norm Transformer: embeddings, blocks, ln_final, lm_head.
 
     Args:
         vocab_size: number of token ids V.
-        context_length: longest sequence the model accepts (sizes the RoPE cache).
+        context_length: longest sequence the model accepts (sizes the RoPE tables).
         d_model, num_layers, num_heads, d_ff: widths and depth.
-        rope_theta: RoPE base Θ.
+        rope_theta: RoPE base.
         device, dtype: as in torch.nn.
-        attn_implementation: "eager" (the book's attention) or "sdpa" (PyTorch's fused kernel).
+        attn_implementation: "eager" (the book's attention) or "sdpa" (PyTorch's).
     """
 
-    def __init__(self, vocab_size: int, context_length: int, d_model: int, num_layers: int, num_heads: int,
-                 d_ff: int, rope_theta: float, device=None, dtype=None, attn_implementation: str = "eager"):
+    def __init__(self, vocab_size: int, context_length: int, d_model: int,
+                 num_layers: int, num_heads: int, d_ff: int, rope_theta: float,
+                 device=None, dtype=None, attn_implementation: str = "eager"):
         super().__init__()
-        for name, value in (("vocab_size", vocab_size), ("context_length", context_length), ("d_model", d_model),
-                            ("num_layers", num_layers), ("num_heads", num_heads), ("d_ff", d_ff)):
+        sizes = dict(vocab_size=vocab_size, context_length=context_length,
+                     d_model=d_model, num_layers=num_layers, num_heads=num_heads,
+                     d_ff=d_ff)
+        for name, value in sizes.items():
             _check_positive_int(name, value)
         if d_model % num_heads:
-            raise ValueError(f"d_model={d_model} must be divisible by num_heads={num_heads}")
-        self.config = dict(vocab_size=vocab_size, context_length=context_length, d_model=d_model, num_layers=num_layers,
-                           num_heads=num_heads, d_ff=d_ff, rope_theta=rope_theta, attn_implementation=attn_implementation)
+            raise ValueError(f"d_model={d_model} must be divisible by "
+                             f"num_heads={num_heads}")
+        self.config = dict(**sizes, rope_theta=rope_theta,
+                           attn_implementation=attn_implementation)
         self.vocab_size, self.context_length = vocab_size, context_length
-        self.token_embeddings = Embedding(vocab_size, d_model, device=device, dtype=dtype)
-        rope = RotaryPositionalEmbedding(rope_theta, d_model // num_heads, context_length, device=device)  # shared
+        self.token_embeddings = Embedding(vocab_size, d_model, device=device,
+                                          dtype=dtype)
+        # one table of angles, shared by every block
+        rope = RotaryPositionalEmbedding(rope_theta, d_model // num_heads,
+                                         context_length, device=device)
         self.layers = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, device=device, dtype=dtype, rope=rope,
+            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta,
+                             device=device, dtype=dtype, rope=rope,
                              attn_implementation=attn_implementation)
-            for _ in range(num_layers)
-        )
+            for _ in range(num_layers))
         self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)
         self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
 
-    def forward(self, token_ids: Int[Tensor, "... seq"], token_positions: Int[Tensor, "... seq"] | None = None,
-                kv_cache=None) -> Float[Tensor, "... seq vocab_size"]:
-        """Logits for every position; with a tlm.KVCache, token_ids continue the cached sequence."""
+    def forward(self, token_ids: Int[Tensor, "... seq"],
+                token_positions: Int[Tensor, "... seq"] | None = None
+                ) -> Float[Tensor, "... seq vocab_size"]:
+        """Unnormalized next-token scores (logits) at every position."""
         _check_index_tensor("token_ids", token_ids, self.vocab_size, "vocab_size")
-        past = 0 if kv_cache is None else kv_cache.seq_len
-        if token_ids.ndim == 0 or past + token_ids.shape[-1] > self.context_length:
-            raise ValueError(f"token_ids must have shape (..., seq) with seq <= context_length={self.context_length}"
-                             f"{f' - {past} cached positions' if past else ''}, got shape {tuple(token_ids.shape)}")
+        if token_ids.ndim == 0 or token_ids.shape[-1] > self.context_length:
+            raise ValueError("token_ids must have shape (..., seq) with seq <= "
+                             f"context_length={self.context_length}, "
+                             f"got shape {tuple(token_ids.shape)}")
         x = self.token_embeddings(token_ids)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, token_positions, None if kv_cache is None else kv_cache[i])
+        for layer in self.layers:
+            x = layer(x, token_positions)
         return self.lm_head(self.ln_final(x))
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """As nn.Module.load_state_dict, also accepting the `_orig_mod.` keys of a torch.compile'd model."""
-        return super().load_state_dict(strip_compile_prefix(state_dict), strict=strict, assign=assign)
+        """As nn.Module.load_state_dict; also takes a torch.compile'd model's keys."""
+        state_dict = strip_compile_prefix(state_dict)
+        return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
 def strip_compile_prefix(state_dict: dict) -> dict:
-    """Remove the `_orig_mod.` prefix that torch.compile adds to every key (other keys pass unchanged)."""
-    return {(k[len(COMPILE_PREFIX):] if k.startswith(COMPILE_PREFIX) else k): v for k, v in state_dict.items()}
+    """Remove the `_orig_mod.` prefix that torch.compile adds to every key."""
+    n = len(COMPILE_PREFIX)
+    return {(k[n:] if k.startswith(COMPILE_PREFIX) else k): v
+            for k, v in state_dict.items()}
 
 
 def load_model_weights(model: nn.Module, src) -> nn.Module:
-    """Load weights saved by torch.save into `model` (strict), safely (weights_only=True).
+    """Load weights saved by torch.save into `model`, strictly, with weights_only=True.
 
     `src` is a path, a file object or an already loaded dict; a CS336-style checkpoint
-    {"model": state_dict, "optimizer": ..., "iteration": ...} is accepted as well as a bare state dict.
+    {"model": state_dict, "optimizer": ..., "iteration": ...} is accepted as well as a
+    bare state dict.
     """
     if isinstance(src, (str, Path)) or hasattr(src, "read"):
         src = torch.load(src, map_location="cpu", weights_only=True)
     if not isinstance(src, dict):
-        raise TypeError(f"src must be a path, a file or a state dict, got {type(src).__name__}")
-    state = strip_compile_prefix(src["model"] if isinstance(src.get("model"), dict) else src)
+        raise TypeError(f"src must be a path, a file or a state dict, "
+                        f"got {type(src).__name__}")
+    if isinstance(src.get("model"), dict):  # a CS336-style checkpoint
+        src = src["model"]
+    state = strip_compile_prefix(src)
     expected = model.state_dict()
-    problems = [f"missing keys {sorted(expected.keys() - state.keys())[:4]}"] if expected.keys() - state.keys() else []
-    if state.keys() - expected.keys():
-        problems.append(f"unexpected keys {sorted(state.keys() - expected.keys())[:4]}")
-    problems += [f"{k}: expected shape {tuple(expected[k].shape)}, got {tuple(state[k].shape)}"
-                 for k in sorted(expected.keys() & state.keys()) if expected[k].shape != state[k].shape][:4]
+    missing, unexpected = expected.keys() - state.keys(), state.keys() - expected.keys()
+    problems = [f"missing keys {sorted(missing)[:4]}"] if missing else []
+    if unexpected:
+        problems.append(f"unexpected keys {sorted(unexpected)[:4]}")
+    problems += [f"{k}: expected shape {tuple(expected[k].shape)}, "
+                 f"got {tuple(state[k].shape)}"
+                 for k in sorted(expected.keys() & state.keys())
+                 if expected[k].shape != state[k].shape][:4]
     if problems:
         raise ValueError("checkpoint does not match the model: " + "; ".join(problems))
     model.load_state_dict(state, strict=True)

@@ -7,43 +7,17 @@ from jaxtyping import Float
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
 
-from tlm.init import _check_float_tensor, _check_positive_int
+from tlm.utils import _check_float_tensor, _check_positive_float, _check_positive_int
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square normalization over the last axis, with a learned gain (init 1).
-
-    Args:
-        d_model: size of the last axis.
-        eps: added to the mean square inside the square root.
-        device, dtype: where and in which dtype to create the gain, as in torch.nn.
-    """
-
-    def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
-        super().__init__()
-        self.d_model = _check_positive_int("d_model", d_model)
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-            raise ValueError(f"eps must be a positive float, got {eps!r}")
-        self.eps = float(eps)
-        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
-
-    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
-        _check_float_tensor("x", x, self.d_model, "d_model")
-        return _RMSNorm.apply(x, self.weight, self.eps)
-
-    def extra_repr(self) -> str:
-        return f"{self.d_model}, eps={self.eps}"
-
-
-class _RMSNorm(torch.autograd.Function):
-    """RMSNorm's forward, and its backward written out (see "The backward pass, by hand")."""
+class _RMSNormFunction(torch.autograd.Function):
+    """RMSNorm of x with gain `weight`, its backward pass written out by hand."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        # compute in at least float32 (float64 stays float64); a no-op for float32 inputs
-        x_up = x.to(torch.promote_types(x.dtype, torch.float32))
-        inv_rms = torch.rsqrt(x_up.pow(2).mean(dim=-1, keepdim=True) + eps)
-        x_hat = x_up * inv_rms
+        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+        inv_rms = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+        x_hat = x32 * inv_rms
         ctx.save_for_backward(x_hat, inv_rms, weight)
         ctx.x_dtype = x.dtype
         return (x_hat * weight).to(x.dtype)
@@ -53,9 +27,35 @@ class _RMSNorm(torch.autograd.Function):
     def backward(ctx, grad_y: Tensor) -> tuple[Tensor, Tensor, None]:
         x_hat, inv_rms, weight = ctx.saved_tensors
         grad_y = grad_y.to(x_hat.dtype)
-        g_times_x_hat = grad_y * x_hat
-        grad_weight = g_times_x_hat.reshape(-1, x_hat.shape[-1]).sum(0).to(weight.dtype)
-        # mean_j(u_j x_hat_j) with u = grad_y * weight, as one matrix-vector product
-        mean_u_x_hat = (g_times_x_hat @ weight.to(x_hat.dtype)).unsqueeze(-1) / x_hat.shape[-1]
+        gy_x_hat = grad_y * x_hat
+        grad_weight = gy_x_hat.reshape(-1, x_hat.shape[-1]).sum(0).to(weight.dtype)
+        # mean_i(u_i x_hat_i) with u = grad_y * g, as one matrix-vector product
+        d = x_hat.shape[-1]
+        mean_u_x_hat = (gy_x_hat @ weight.to(x_hat.dtype)).unsqueeze(-1) / d
         grad_x = (grad_y * weight).addcmul_(x_hat, mean_u_x_hat, value=-1).mul_(inv_rms)
         return grad_x.to(ctx.x_dtype), grad_weight, None
+
+
+class RMSNorm(nn.Module):
+    """Root-mean-square normalization over the last axis, with a learned gain (init 1).
+
+    The handout's formula, computed by _RMSNormFunction (backward pass written out).
+
+    Args:
+        d_model: size of the last axis.
+        eps: added to the mean square inside the square root.
+        device, dtype: where and in which dtype to create the gain (as in torch.nn).
+    """
+
+    def __init__(self, d_model: int, eps: float = 1e-5, device=None, dtype=None):
+        super().__init__()
+        self.d_model = _check_positive_int("d_model", d_model)
+        self.eps = _check_positive_float("eps", eps)
+        self.weight = nn.Parameter(torch.ones(d_model, device=device, dtype=dtype))
+
+    def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
+        _check_float_tensor("x", x, self.d_model, "d_model")
+        return _RMSNormFunction.apply(x, self.weight, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, eps={self.eps}"

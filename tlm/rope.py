@@ -6,55 +6,58 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor, nn
 
-from tlm.init import _check_float_tensor, _check_index_tensor, _check_positive_int
+from tlm.utils import (_check_float_tensor, _check_index_tensor, _check_positive_float,
+                       _check_positive_int)
 
 
 class RotaryPositionalEmbedding(nn.Module):
-    """Rotate adjacent pairs (x0, x1), (x2, x3), ... of the last axis by position-dependent angles.
+    """Rotate adjacent pairs (x0, x1), (x2, x3), ... of the last axis by i * theta_k.
 
     Args:
         theta: the base Θ of the angles θ(i, k) = i / Θ^((2k-2)/d_k).
         d_k: size of the vectors to rotate (even).
         max_seq_len: number of positions to precompute.
-        device: where to build the cos/sin caches (non-persistent buffers, float32).
+        device: where to build the cos/sin tables (non-persistent float32 buffers).
     """
 
     def __init__(self, theta: float, d_k: int, max_seq_len: int, device=None):
         super().__init__()
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-            raise ValueError(f"theta must be a positive number, got {theta!r}")
+        self.theta = _check_positive_float("theta", theta)
         self.d_k = _check_positive_int("d_k", d_k)
         if d_k % 2:
             raise ValueError(f"d_k must be even (RoPE rotates pairs), got {d_k}")
         self.max_seq_len = _check_positive_int("max_seq_len", max_seq_len)
-        self.theta = float(theta)
-        inv_freq = self.theta ** (-torch.arange(0, d_k, 2, device=device, dtype=torch.float32) / d_k)
-        angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
-        self.register_buffer("cos", angles.cos(), persistent=False)  # (max_seq_len, d_k / 2)
+        k = torch.arange(0, d_k, 2, device=device, dtype=torch.float32)
+        inv_freq = self.theta ** (-k / d_k)
+        positions = torch.arange(max_seq_len, device=device, dtype=torch.float32)
+        angles = torch.outer(positions, inv_freq)  # (max_seq_len, d_k / 2)
+        self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
-    def forward(
-        self, x: Float[Tensor, "... seq d_k"], token_positions: Int[Tensor, "... seq"] | None = None
-    ) -> Float[Tensor, "... seq d_k"]:
+    def forward(self, x: Float[Tensor, "... seq d_k"],
+                token_positions: Int[Tensor, "... seq"] | None = None
+                ) -> Float[Tensor, "... seq d_k"]:
         _check_float_tensor("x", x, self.d_k, "d_k")
         if x.ndim < 2:
-            raise ValueError(f"x must have shape (..., seq, d_k), got shape {tuple(x.shape)}")
+            raise ValueError(f"x must have shape (..., seq, d_k), got {tuple(x.shape)}")
         seq = x.shape[-2]
         if token_positions is None:
             if seq > self.max_seq_len:
-                raise ValueError(f"x has seq={seq} positions, more than max_seq_len={self.max_seq_len}")
+                raise ValueError(f"x has seq={seq} positions, "
+                                 f"more than max_seq_len={self.max_seq_len}")
             cos, sin = self.cos[:seq], self.sin[:seq]
         else:
-            _check_index_tensor("token_positions", token_positions, self.max_seq_len, "max_seq_len")
+            _check_index_tensor("token_positions", token_positions, self.max_seq_len,
+                                "max_seq_len")
             if token_positions.ndim == 0 or token_positions.shape[-1] != seq:
-                raise ValueError(f"token_positions must have shape (..., seq={seq}), got {tuple(token_positions.shape)}")
+                raise ValueError(f"token_positions must have shape (..., seq={seq}), "
+                                 f"got {tuple(token_positions.shape)}")
             cos, sin = self.cos[token_positions], self.sin[token_positions]
-        # each pair (x0, x1) as the complex number x0 + i x1, turned by e^(i theta) = cos + i sin
-        turn = torch.complex(cos.float(), sin.float())
-        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))  # a view for float32
+        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))
         if not torch.compiler.is_compiling() and not _whole_pairs(pairs):
             pairs = pairs.clone(memory_format=torch.contiguous_format)
-        rotated = torch.view_as_complex(pairs) * turn.to(_COMPLEX[pairs.dtype])
+        turn = torch.complex(cos, sin).to(_COMPLEX[pairs.dtype])  # e^(i theta)
+        rotated = torch.view_as_complex(pairs) * turn
         return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
 
     def extra_repr(self) -> str:
@@ -65,5 +68,6 @@ _COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
 
 
 def _whole_pairs(pairs: Tensor) -> bool:
-    """Whether view_as_complex can read `pairs` in place: each pair two adjacent floats, every pair aligned."""
-    return pairs.stride(-1) == 1 and pairs.storage_offset() % 2 == 0 and all(s % 2 == 0 for s in pairs.stride()[:-1])
+    """Whether view_as_complex can read `pairs` in place (adjacent, aligned floats)."""
+    even_strides = all(s % 2 == 0 for s in pairs.stride()[:-1])
+    return pairs.stride(-1) == 1 and pairs.storage_offset() % 2 == 0 and even_strides

@@ -7,16 +7,16 @@ from jaxtyping import Float
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from tlm.init import _check_float_tensor
+from tlm.utils import _check_float_tensor
 
 
 class _Softmax(torch.autograd.Function):
-    """The stable softmax forward, and its backward written out (see "The backward pass, by hand")."""
+    """The stable softmax, with its backward pass written out."""
 
     @staticmethod
     def forward(ctx, x: Tensor, dim: int) -> Tensor:
         shift = x.amax(dim=dim, keepdim=True)
-        shift.masked_fill_(shift == float("-inf"), 0.0)  # all -inf: exp gives 0s, not NaN
+        shift.masked_fill_(shift == float("-inf"), 0.0)  # all -inf: exp gives 0s
         y = (x - shift).exp_()  # exp in place: one new tensor for the whole forward
         total = y.sum(dim=dim, keepdim=True)
         y /= total.clamp_min(torch.finfo(total.dtype).tiny)
@@ -28,13 +28,14 @@ class _Softmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_y: Tensor) -> tuple[Tensor, None]:
         (y,) = ctx.saved_tensors
-        grad_x = grad_y * y  # y_i g_i ...
-        grad_x.addcmul_(y, grad_x.sum(dim=ctx.dim, keepdim=True), value=-1)  # ... - y_i sum_j y_j g_j
+        grad_x = grad_y * y  # y_j g_j ...
+        # ... - y_j sum_i y_i g_i
+        grad_x.addcmul_(y, grad_x.sum(dim=ctx.dim, keepdim=True), value=-1)
         return grad_x, None
 
 
 def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
-    """Softmax along `dim`, stable for large inputs; a slice that is entirely -inf gives zeros.
+    """Softmax along `dim`, stable for large inputs; an all -inf slice gives zeros.
 
     Args:
         x: scores of any shape.
@@ -43,6 +44,8 @@ def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
         a tensor of the shape and dtype of x.
     """
     _check_float_tensor("x", x)
-    if isinstance(dim, bool) or not isinstance(dim, int) or not -max(x.ndim, 1) <= dim < max(x.ndim, 1):
-        raise ValueError(f"dim must be an int in [{-max(x.ndim, 1)}, {max(x.ndim, 1)}) for x of shape {tuple(x.shape)}, got {dim!r}")
+    n = max(x.ndim, 1)
+    if isinstance(dim, bool) or not isinstance(dim, int) or not -n <= dim < n:
+        raise ValueError(f"dim must be an int in [{-n}, {n}) for x of shape "
+                         f"{tuple(x.shape)}, got {dim!r}")
     return _Softmax.apply(x, dim)

@@ -2,25 +2,22 @@
 
 __all__ = ['silu', 'default_d_ff', 'SwiGLU']
 
-import math
-
 import torch
-import torch.nn.functional as F
 from jaxtyping import Float
 from torch import Tensor, nn
 
-from tlm.init import _check_float_tensor, _check_positive_int
 from tlm.linear import Linear
+from tlm.utils import _check_float_tensor, _check_positive_int
 
 
 def silu(x: Float[Tensor, "..."]) -> Float[Tensor, "..."]:
-    """SiLU (Swish) activation, x * sigmoid(x), elementwise (PyTorch's fused kernel)."""
+    """SiLU (Swish) activation x * sigmoid(x), elementwise."""
     _check_float_tensor("x", x)
-    return F.silu(x)
+    return x * torch.sigmoid(x)
 
 
 def default_d_ff(d_model: int, multiple_of: int = 64) -> int:
-    """8/3 * d_model rounded to the nearest multiple of `multiple_of` (at least one multiple)."""
+    """8/3 * d_model rounded to the nearest multiple of `multiple_of` (at least one)."""
     _check_positive_int("d_model", d_model)
     return multiple_of * max(1, round(8 * d_model / 3 / multiple_of))
 
@@ -37,10 +34,12 @@ class SwiGLU(nn.Module):
     def __init__(self, d_model: int, d_ff: int | None = None, device=None, dtype=None):
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
-        self.d_ff = default_d_ff(d_model) if d_ff is None else _check_positive_int("d_ff", d_ff)
-        self.w1 = Linear(d_model, self.d_ff, device=device, dtype=dtype)  # gate
-        self.w2 = Linear(self.d_ff, d_model, device=device, dtype=dtype)  # down
-        self.w3 = Linear(d_model, self.d_ff, device=device, dtype=dtype)  # up
+        if d_ff is None:
+            d_ff = default_d_ff(d_model)
+        self.d_ff = d_ff = _check_positive_int("d_ff", d_ff)
+        self.w1 = Linear(d_model, d_ff, device=device, dtype=dtype)  # gate
+        self.w2 = Linear(d_ff, d_model, device=device, dtype=dtype)  # down
+        self.w3 = Linear(d_model, d_ff, device=device, dtype=dtype)  # up
 
     def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         _check_float_tensor("x", x, self.d_model, "d_model")

@@ -6,20 +6,22 @@ import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tlm.init import _check_float_tensor, _check_index_tensor
 from tlm.model import TransformerLM, load_model_weights
+from tlm.utils import _check_float_tensor, _check_index_tensor
 
 
-def cross_entropy(logits: Float[Tensor, "... vocab_size"], targets: Int[Tensor, "..."]) -> Float[Tensor, ""]:
-    """Mean of -log softmax(logits)[target] over all positions, computed stably with the max trick."""
+def cross_entropy(logits: Float[Tensor, "... vocab_size"],
+                  targets: Int[Tensor, "..."]) -> Float[Tensor, ""]:
+    """Mean of -log softmax(logits)[target] over all positions, with the max trick."""
     _check_float_tensor("logits", logits)
     if logits.ndim == 0:
         raise ValueError("logits must have shape (..., vocab_size), got a scalar")
     _check_index_tensor("targets", targets, logits.shape[-1], "vocab_size")
     if targets.shape != logits.shape[:-1]:
-        raise ValueError(f"targets must have shape {tuple(logits.shape[:-1])} (logits without the vocab axis), "
-                         f"got {tuple(targets.shape)}")
-    m = logits.amax(dim=-1, keepdim=True).detach()  # a constant for autograd: the loss does not depend on it
+        raise ValueError(f"targets must have shape {tuple(logits.shape[:-1])} (logits "
+                         f"without the vocab axis), got {tuple(targets.shape)}")
+    # a constant for autograd: the loss does not depend on the shift
+    m = logits.amax(dim=-1, keepdim=True).detach()
     log_sum_exp = m.squeeze(-1) + torch.log(torch.exp(logits - m).sum(dim=-1))
     target_logit = logits.gather(-1, targets.long().unsqueeze(-1)).squeeze(-1)
     return (log_sum_exp - target_logit).mean()
@@ -29,7 +31,7 @@ ADDITION_VOCAB = "0123456789+=$"  # "$" ends an answer
 
 
 def encode_addition(a: int, b: int) -> list[int]:
-    """Token ids of 'aa+bb=sss$' with the sum reversed (two-digit operands, three-digit sum)."""
+    """Token ids of 'aa+bb=sss$', the three-digit sum reversed."""
     if not (0 <= a < 100 and 0 <= b < 100):
         raise ValueError(f"operands must lie in [0, 100), got a={a}, b={b}")
     text = f"{a:02d}+{b:02d}=" + f"{a + b:03d}"[::-1] + "$"
@@ -44,25 +46,28 @@ PROMPT_LEN = 6  # "aa+bb=": the model must produce the remaining 4 tokens
 
 
 def addition_splits(held_out: float = 0.2, seed: int = 0) -> tuple[Tensor, Tensor]:
-    """All 10,000 problems as a (10000, 10) tensor, split into (train, held_out) at random."""
+    """All 10,000 problems as a (10000, 10) tensor, split at random into two."""
     order = torch.randperm(10_000, generator=torch.Generator().manual_seed(seed))
     data = torch.tensor([encode_addition(int(i) // 100, int(i) % 100) for i in order])
     n_test = int(held_out * 10_000)
     return data[n_test:], data[:n_test]
 
 
-def answer_accuracy(model: TransformerLM, data: Tensor, prompt_len: int = PROMPT_LEN) -> float:
-    """Fraction of rows whose every answer token (after the prompt) is the model's argmax prediction."""
+def answer_accuracy(model: TransformerLM, data: Tensor, prompt_len: int = PROMPT_LEN
+                    ) -> float:
+    """Fraction of rows whose every answer token is the model's top prediction."""
     with torch.no_grad():
         predicted = model(data[:, :-1]).argmax(dim=-1)[:, prompt_len - 1 :]
     return (predicted == data[:, prompt_len:]).all(dim=-1).float().mean().item()
 
 
-def train_addition_model(steps: int = 600, batch_size: int = 128, lr: float = 3e-3, seed: int = 0,
-                         device=None, eval_every: int = 50):
-    """Train a small TransformerLM on two-digit addition; return (model, history of step/loss/accuracy).
+def train_addition_model(steps: int = 600, batch_size: int = 128, lr: float = 3e-3,
+                         seed: int = 0, device=None, eval_every: int = 50):
+    """Train a small TransformerLM on two-digit addition; return (model, history).
 
-    Runs with torch.use_deterministic_algorithms (restored afterwards), so that a CPU run is bit-reproducible.
+    `history` holds step, loss, train_acc and test_acc every `eval_every` steps.
+    Runs with torch.use_deterministic_algorithms (restored afterwards), so that a run
+    on the CPU is bit-reproducible.
     """
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True, warn_only=True)
@@ -75,13 +80,15 @@ def train_addition_model(steps: int = 600, batch_size: int = 128, lr: float = 3e
 def _train_addition(steps, batch_size, lr, seed, device, eval_every):
     torch.manual_seed(seed)
     train, test = (t.to(device) for t in addition_splits(seed=seed))
-    model = TransformerLM(vocab_size=len(ADDITION_VOCAB), context_length=16, d_model=64, num_layers=2,
-                          num_heads=4, d_ff=192, rope_theta=10_000.0, device=device)
+    model = TransformerLM(vocab_size=len(ADDITION_VOCAB), context_length=16, d_model=64,
+                          num_layers=2, num_heads=4, d_ff=192, rope_theta=10_000.0,
+                          device=device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     batches = torch.Generator(device="cpu").manual_seed(seed)
     history = {"step": [], "loss": [], "train_acc": [], "test_acc": []}
     for step in range(1, steps + 1):
-        batch = train[torch.randint(0, len(train), (batch_size,), generator=batches).to(train.device)]
+        rows = torch.randint(0, len(train), (batch_size,), generator=batches)
+        batch = train[rows.to(train.device)]
         logits = model(batch[:, :-1])
         loss = cross_entropy(logits[:, PROMPT_LEN - 1 :], batch[:, PROMPT_LEN:])
         optimizer.zero_grad(set_to_none=True)
@@ -95,15 +102,18 @@ def _train_addition(steps, batch_size, lr, seed, device, eval_every):
     return model, history
 
 
-def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer, iteration: int, out) -> None:
+def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    iteration: int, out) -> None:
     """torch.save {'model', 'optimizer', 'iteration'} to a path or file object."""
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "iteration": int(iteration)}, out)
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "iteration": int(iteration)}, out)
 
 
-def load_checkpoint(src, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None) -> int:
-    """Restore model (and optimizer) state saved by save_checkpoint; return the iteration."""
+def load_checkpoint(src, model: torch.nn.Module,
+                    optimizer: torch.optim.Optimizer | None = None) -> int:
+    """Load what save_checkpoint saved into model (and optimizer); return the step."""
     state = torch.load(src, map_location="cpu", weights_only=True)
-    load_model_weights(model, state["model"])  # strict, with clear errors; strips `_orig_mod.`
+    load_model_weights(model, state["model"])  # strict; strips `_orig_mod.`
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
     return state["iteration"]
