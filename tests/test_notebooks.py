@@ -119,3 +119,31 @@ def test_first_definition_is_the_handout_version(chapter):
                 break
         else:
             pytest.fail(f"{chapter}: no definition of {name}")
+
+
+def _figures(path) -> int:
+    nb = nbformat.read(path, as_version=4)
+    return sum("image/png" in out.get("data", {})
+               for cell in nb.cells if cell.cell_type == "code" for out in cell.outputs)
+
+
+CHAPTERS = [p for p in NOTEBOOKS if re.match(r"\d\d_", p.name) and not p.name.startswith("99")]
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.name)
+def test_every_chapter_has_a_figure(path):
+    assert _figures(path) >= 1, f"{path.name}: no figure among its stored outputs"
+
+
+def test_the_book_has_enough_figures():
+    counts = {p.name: _figures(p) for p in NOTEBOOKS}
+    assert sum(counts.values()) >= 32, counts
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_plot_cells_end_with_show(path):
+    """A figure cell ends with plt.show(), so the page shows the figure and no stray repr."""
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type == "code" and "plt.subplots" in cell.source:
+            assert cell.source.rstrip().endswith("plt.show()"), f"{path.name} cell {i}"

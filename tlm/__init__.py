@@ -16,4 +16,4 @@ from .accounting import param_breakdown, count_params, flops_breakdown, forward_
 from .training import cross_entropy, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, save_checkpoint, load_checkpoint
 from .generation import top_p_filter, sample_next, LayerKVCache, KVCache, generate
 from .benchmark import summarize, training_step, inference_step, attention_sweep
-from .utils import get_device, saved_tensor_bytes, time_alternating
+from .utils import get_device, saved_tensor_bytes, time_alternating, draw_diagram
