@@ -169,3 +169,15 @@ def test_default_model_uses_nothing_from_torch_nn_functional(record_calls):
                   if getattr(f, "__module__", "") == "torch.nn.functional"}
     assert not functional, functional
     assert record.called  # the mode did see the model's calls
+
+
+def test_buffers_grow_linearly_with_the_context():
+    config = dict(vocab_size=1000, d_model=512, num_layers=8, num_heads=8, d_ff=1344,
+                  rope_theta=1e4)
+    nbytes = lambda m: sum(b.numel() * b.element_size() for b in m.buffers())
+    long = tlm.TransformerLM(**config, context_length=16_384, device="meta")
+    short = tlm.TransformerLM(**config, context_length=1024, device="meta")
+    assert nbytes(long) <= 16 * 2**20  # no (context x context) mask per layer
+    assert nbytes(long) == 16 * nbytes(short)  # linear in the context length
+    # the RoPE tables: cos and sin, (context, d_k / 2) float32, one pair for all layers
+    assert nbytes(long) == 2 * 16_384 * (512 // 8 // 2) * 4

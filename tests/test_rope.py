@@ -109,7 +109,7 @@ def test_bad_inputs():
         rope(torch.randn(12, 8))
 
 
-def test_layouts_that_cannot_be_viewed_as_complex():
+def test_strided_and_unaligned_layouts():
     rope = tlm.RotaryPositionalEmbedding(10_000.0, 8, 16)
     big = torch.randn(3, 16, 9)
     odd = big[..., 1:]  # odd storage offset and odd strides: pairs are not aligned in memory

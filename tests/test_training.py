@@ -1,4 +1,6 @@
 import math
+import os
+import re
 
 import pytest
 import torch
@@ -72,3 +74,68 @@ def test_training_learns_to_add():
     assert not torch.are_deterministic_algorithms_enabled()  # the global setting is restored
     assert history["loss"][-1] < 0.1
     assert history["test_acc"][-1] > 0.9  # on problems never seen in training
+
+
+def _small_model_and_optimizer():
+    model = tlm.TransformerLM(13, 16, 32, 1, 2, 64, 1e4)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-3)
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    model, opt = _small_model_and_optimizer()
+    target = tmp_path / "c.pt"
+    tlm.save_checkpoint(model, opt, 1, target)
+    before = target.read_bytes()
+
+    def save_half_then_fail(obj, f):
+        f.write(before[: len(before) // 2])
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", save_half_then_fail)
+    with torch.no_grad():
+        model.lm_head.weight.add_(1.0)
+    with pytest.raises(OSError, match="No space left"):
+        tlm.save_checkpoint(model, opt, 2, target)
+    assert target.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]  # no temporary file left
+
+
+def test_save_replaces_the_target_with_a_complete_file(tmp_path):
+    model, opt = _small_model_and_optimizer()
+    target = tmp_path / "c.pt"
+    target.write_bytes(b"an older file")
+    tlm.save_checkpoint(model, opt, 7, target)
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"]
+    assert target.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    assert torch.load(target, weights_only=True)["iteration"] == 7
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("content", ["half", "header", "empty", "text", "json"])
+def test_truncated_or_foreign_files_are_named(tmp_path, content):
+    model, opt = _small_model_and_optimizer()
+    whole = tmp_path / "whole.pt"
+    tlm.save_checkpoint(model, opt, 3, whole)
+    data = whole.read_bytes()
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes({"half": data[: len(data) // 2], "header": data[:100], "empty": b"",
+                     "text": b"step 3, loss 0.1\n" * 20, "json": b'{"iteration": 3}'}[content])
+    with pytest.raises(ValueError, match=re.escape(f"{bad} is not a complete checkpoint")):
+        tlm.load_checkpoint(bad, model, opt)
+    with pytest.raises(ValueError, match="is not a complete checkpoint"):
+        tlm.load_model_weights(model, bad)
+    with open(bad, "rb") as f, pytest.raises(ValueError, match="bad.pt is not a complete"):
+        tlm.load_model_weights(model, f)
+
+
+def test_load_checkpoint_names_a_bare_state_dict(tmp_path):
+    model, opt = _small_model_and_optimizer()
+    torch.save(model.state_dict(), tmp_path / "weights.pt")
+    with pytest.raises(ValueError, match=r"weights\.pt is not a checkpoint of save_checkpoint"):
+        tlm.load_checkpoint(tmp_path / "weights.pt", model, opt)
+    assert tlm.load_model_weights(model, tmp_path / "weights.pt") is model  # loads weights

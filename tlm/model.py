@@ -2,6 +2,8 @@
 
 __all__ = ['TransformerLM', 'strip_compile_prefix', 'load_model_weights']
 
+import pickle
+import zipfile
 from pathlib import Path
 
 import torch
@@ -93,7 +95,7 @@ def load_model_weights(model: nn.Module, src) -> nn.Module:
     bare state dict.
     """
     if isinstance(src, (str, Path)) or hasattr(src, "read"):
-        src = torch.load(src, map_location="cpu", weights_only=True)
+        src = _read_checkpoint(src)
     if not isinstance(src, dict):
         raise TypeError(f"src must be a path, a file or a state dict, "
                         f"got {type(src).__name__}")
@@ -113,3 +115,26 @@ def load_model_weights(model: nn.Module, src) -> nn.Module:
         raise ValueError("checkpoint does not match the model: " + "; ".join(problems))
     model.load_state_dict(state, strict=True)
     return model
+
+
+def _read_checkpoint(src) -> object:
+    """torch.load(src) with weights_only=True, on the CPU.
+
+    A file that is not a whole torch.save archive (cut short by a failed copy or save,
+    or another format) raises a ValueError that names it. A whole archive that holds
+    pickled objects other than tensors and containers still raises torch's
+    UnpicklingError, which says why it refuses them.
+    """
+    name = src if isinstance(src, (str, Path)) else getattr(src, "name", "file object")
+    try:
+        return torch.load(src, map_location="cpu", weights_only=True)
+    except (FileNotFoundError, IsADirectoryError, PermissionError, MemoryError):
+        raise
+    except Exception as error:  # the zip reader and the unpickler fail in many ways
+        refused = (isinstance(error, pickle.UnpicklingError)
+                   and "Weights only load failed" in str(error))
+        if refused and zipfile.is_zipfile(src):
+            raise
+        raise ValueError(f"{name} is not a complete checkpoint: torch.load cannot read "
+                         f"it ({type(error).__name__}); it is cut short or not a file "
+                         "that torch.save wrote") from error

@@ -53,21 +53,30 @@ class RotaryPositionalEmbedding(nn.Module):
                 raise ValueError(f"token_positions must have shape (..., seq={seq}), "
                                  f"got {tuple(token_positions.shape)}")
             cos, sin = self.cos[token_positions], self.sin[token_positions]
-        pairs = x.to(torch.promote_types(x.dtype, torch.float32)).unflatten(-1, (-1, 2))
-        if not torch.compiler.is_compiling() and not _whole_pairs(pairs):
-            pairs = pairs.clone(memory_format=torch.contiguous_format)
-        turn = torch.complex(cos, sin).to(_COMPLEX[pairs.dtype])  # e^(i theta)
-        rotated = torch.view_as_complex(pairs) * turn
-        return torch.view_as_real(rotated).flatten(-2).to(x.dtype)
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        return _Rotation.apply(wide, cos, sin).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"
 
 
-_COMPLEX = {torch.float32: torch.complex64, torch.float64: torch.complex128}
+def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """(x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin) for every adjacent pair."""
+    out = x * cos.repeat_interleave(2, dim=-1)
+    out[..., 0::2].addcmul_(x[..., 1::2], sin, value=-1)
+    out[..., 1::2].addcmul_(x[..., 0::2], sin)
+    return out
 
 
-def _whole_pairs(pairs: Tensor) -> bool:
-    """Whether view_as_complex can read `pairs` in place (adjacent, aligned floats)."""
-    even_strides = all(s % 2 == 0 for s in pairs.stride()[:-1])
-    return pairs.stride(-1) == 1 and pairs.storage_offset() % 2 == 0 and even_strides
+class _Rotation(torch.autograd.Function):
+    """The rotation, and as its backward the rotation back (sin negated)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        ctx.save_for_backward(cos, sin)
+        return _rotate_pairs(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+        cos, sin = ctx.saved_tensors
+        return _rotate_pairs(grad, cos, -sin), None, None

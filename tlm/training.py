@@ -2,11 +2,15 @@
 
 __all__ = ['cross_entropy', 'encode_addition', 'decode_addition', 'addition_splits', 'answer_accuracy', 'train_addition_model', 'save_checkpoint', 'load_checkpoint']
 
+import os
+import tempfile
+from pathlib import Path
+
 import torch
 from jaxtyping import Float, Int
 from torch import Tensor
 
-from tlm.model import TransformerLM, load_model_weights
+from tlm.model import TransformerLM, _read_checkpoint, load_model_weights
 from tlm.utils import _check_float_tensor, _check_index_tensor
 
 
@@ -104,15 +108,40 @@ def _train_addition(steps, batch_size, lr, seed, device, eval_every):
 
 def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     iteration: int, out) -> None:
-    """torch.save {'model', 'optimizer', 'iteration'} to a path or file object."""
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "iteration": int(iteration)}, out)
+    """torch.save {'model', 'optimizer', 'iteration'} to a path or file object.
+
+    A path is written through a temporary file in the same directory, renamed over `out`
+    once complete; if saving fails, the file at `out` stays as it was.
+    """
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "iteration": int(iteration)}
+    if not isinstance(out, (str, os.PathLike)):
+        torch.save(state, out)
+        return
+    out = Path(out)
+    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a new file would get, not mkstemp's 0o600
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def load_checkpoint(src, model: torch.nn.Module,
                     optimizer: torch.optim.Optimizer | None = None) -> int:
     """Load what save_checkpoint saved into model (and optimizer); return the step."""
-    state = torch.load(src, map_location="cpu", weights_only=True)
+    state = _read_checkpoint(src)
+    needed = {"model", "iteration"} | (set() if optimizer is None else {"optimizer"})
+    if not isinstance(state, dict) or not needed <= state.keys():
+        raise ValueError(f"{getattr(src, 'name', src)} is not a checkpoint of "
+                         f"save_checkpoint: expected a dict with keys {sorted(needed)}")
     load_model_weights(model, state["model"])  # strict; strips `_orig_mod.`
     if optimizer is not None:
         optimizer.load_state_dict(state["optimizer"])
