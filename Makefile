@@ -1,18 +1,28 @@
-# Every target sets up .venv first (once, and again when requirements change).
+# Every target sets up .venv first (once, and again when requirements change), unless
+# PYTHON names an interpreter whose environment is already set up (`make test PYTHON=python3`).
 SHELL := /bin/bash
 VENV := .venv
+ifdef PYTHON
+PY := $(PYTHON)
+STAMP :=
+JB := jupyter-book
+else
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+JB := $(VENV)/bin/jupyter-book
+endif
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 
 .PHONY: setup export check-export test book execute clean
 
 setup: $(STAMP)
 
+ifndef PYTHON
 $(STAMP): requirements.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
 	touch $@
+endif
 
 export: $(STAMP)
 	$(PY) tools/export.py
@@ -25,7 +35,7 @@ test: check-export
 	$(PY) -m pytest tests chapters $(NBVAL)
 
 book: $(STAMP)
-	$(VENV)/bin/jupyter-book build . --all -W --keep-going
+	$(JB) build . --all -W --keep-going
 
 execute: $(STAMP)
 	$(PY) tools/execute.py $(NB)

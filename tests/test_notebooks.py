@@ -147,3 +147,89 @@ def test_plot_cells_end_with_show(path):
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and "plt.subplots" in cell.source:
             assert cell.source.rstrip().endswith("plt.show()"), f"{path.name} cell {i}"
+
+
+# The first code cell of every chapter, so that a chapter opened alone (Colab, a bare venv)
+# installs tlm: from TLM_PIP_SPEC if set, else from the repository named in _config.yml.
+INSTALL_CELL = '''\
+# Outside the book's environment (Colab, a bare venv): install tlm from TLM_PIP_SPEC,
+# by default from the book's repository, with the extras this chapter needs.
+import importlib.util, os, subprocess, sys
+
+if any(importlib.util.find_spec(module) is None for module in {modules}):
+    spec = os.environ.get("TLM_PIP_SPEC", "tlm @ git+{url}")
+    name, at, url = spec.partition(" @ ")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
+                    f"{{name}}{extras}{{at}}{{url}}"], check=True)
+    importlib.invalidate_caches()'''
+NEEDS_HF = {"12_llama.ipynb", "16_performance.ipynb"}
+
+
+def install_cell(chapter: str) -> str:
+    url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    hf = chapter in NEEDS_HF
+    return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "",
+                               modules='("tlm", "transformers")' if hf else '("tlm",)')
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_first_code_cell_installs_tlm_and_prints_nothing_here(path):
+    first = next(c for c in _cells(path) if c.cell_type == "code")
+    assert first.source == install_cell(path.name), f"{path.name}: first code cell"
+    assert first.outputs == [], f"{path.name}: the install cell printed {first.outputs}"
+
+
+def test_chapters_that_import_transformers_install_the_hf_extra():
+    for path in NOTEBOOKS:
+        text = "\n".join(c.source for c in _cells(path) if c.cell_type == "code")
+        uses_hf = bool(re.search(r"transformers|to_hf_llama|from_hf_llama", text))
+        assert uses_hf == (path.name in NEEDS_HF), path.name
+
+
+# Random numbers come from the CPU generator and are then moved (`.to(device)`): CUDA's
+# generator gives other numbers, and the stored outputs must reproduce on every device.
+# (Cells whose output is not compared, timings, may draw where they like.)
+RANDOM_DRAWS = {"randn", "rand", "randint", "randperm", "normal", "multinomial"}
+RANDOM_LIKE = {"randn_like", "rand_like", "randint_like"}
+RANDOM_INIT = {"Linear", "Embedding", "SwiGLU", "MultiHeadSelfAttention", "HandoutMHA",
+               "TransformerBlock", "TransformerLM"}
+
+
+def _device_problems(source: str) -> list[str]:
+    code = "\n".join(line for line in source.splitlines() if not line.startswith(("%", "!")))
+    tree = ast.parse(code)
+    passed_on = {id(n) for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
+                 and "device" in {a.arg for a in f.args.args + f.args.kwonlyargs}
+                 for n in ast.walk(f)}  # a module's own device argument, handed down
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in passed_on:
+            continue
+        func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(
+            node.func, "id", "")
+        device = next((k.value for k in node.keywords if k.arg == "device"), None)
+        on_device = device is not None and not (
+            isinstance(device, ast.Constant) and device.value in ("cpu", "meta"))
+        if on_device and func in RANDOM_DRAWS | RANDOM_INIT | {"Generator"}:
+            problems.append(f"{func}(device=...) at line {node.lineno}")
+        if func in RANDOM_LIKE and "device" in code:
+            problems.append(f"{func} at line {node.lineno}")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_random_numbers_are_drawn_on_the_cpu(path):
+    found = {i: p for i, c in enumerate(_cells(path)) if c.cell_type == "code"
+             and not c.source.startswith("#| export") and "NBVAL_IGNORE_OUTPUT" not in c.source
+             and (p := _device_problems(c.source))}
+    assert not found, f"{path.name}: draws on the device, in cells {found}"
+
+
+def test_the_device_check_finds_draws_on_the_device():
+    assert _device_problems("x = torch.randn(3, device=device)")
+    assert _device_problems("m = tlm.TransformerLM(**config, device=device)")
+    assert _device_problems("g = torch.randn_like(x.to(device))")
+    assert _device_problems("g = torch.Generator(device=device)")
+    assert not _device_problems("x = torch.randn(3).to(device)")
+    assert not _device_problems("def f(device=None):\n    return Linear(2, 2, device=device)")
+    assert not _device_problems("m = tlm.TransformerLM(**config, device='meta')")

@@ -25,14 +25,21 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
 
 def sample_next(logits: Tensor, temperature: float = 1.0, top_p: float | None = None,
                 generator: torch.Generator | None = None) -> Tensor:
-    """Next token ids from logits (..., vocab): argmax at temperature 0, else a draw."""
+    """Next token ids from logits (..., vocab): argmax at temperature 0, else a draw.
+
+    The draw happens on the generator's device: a CPU generator gives the same tokens
+    whether the model runs on the CPU or a GPU.
+    """
     if temperature == 0:
         return logits.argmax(dim=-1)
     probs = softmax(logits.float() / temperature, dim=-1)
     if top_p is not None:
         probs = top_p_filter(probs, top_p)
-    flat = torch.multinomial(probs.reshape(-1, probs.shape[-1]), 1, generator=generator)
-    return flat.reshape(probs.shape[:-1])
+    flat = probs.reshape(-1, probs.shape[-1])
+    if generator is not None:
+        flat = flat.to(generator.device)
+    draws = torch.multinomial(flat, 1, generator=generator)
+    return draws.to(probs.device).reshape(probs.shape[:-1])
 
 
 class LayerKVCache(nn.Module):
@@ -119,8 +126,9 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
 
     temperature 0 is greedy decoding. Generation stops when every sequence has produced
     eos_id (finished sequences are then padded with eos_id) and at the model's
-    context_length: the result never exceeds it. `generator` (on the model's device)
-    makes sampling reproducible. use_cache=False recomputes the prefix at every step.
+    context_length: the result never exceeds it. `generator` makes sampling reproducible
+    (a CPU generator: the same tokens on every device). use_cache=False recomputes the
+    prefix at every step.
     """
     V = model.vocab_size
     _check_index_tensor("prompt_ids", prompt_ids, V, "vocab_size")

@@ -84,9 +84,10 @@ def train_addition_model(steps: int = 600, batch_size: int = 128, lr: float = 3e
 def _train_addition(steps, batch_size, lr, seed, device, eval_every):
     torch.manual_seed(seed)
     train, test = (t.to(device) for t in addition_splits(seed=seed))
+    # built on the CPU, then moved: the same initial weights on every device
     model = TransformerLM(vocab_size=len(ADDITION_VOCAB), context_length=16, d_model=64,
-                          num_layers=2, num_heads=4, d_ff=192, rope_theta=10_000.0,
-                          device=device)
+                          num_layers=2, num_heads=4, d_ff=192,
+                          rope_theta=10_000.0).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     batches = torch.Generator(device="cpu").manual_seed(seed)
     history = {"step": [], "loss": [], "train_acc": [], "test_acc": []}
