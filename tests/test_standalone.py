@@ -33,14 +33,11 @@ nbformat.write(nb, sys.argv[2])
 """
 
 
-def _pins() -> dict[str, str]:
-    """Exact pins of requirements.txt by package name, e.g. {'torch': 'torch==2.13.0'}."""
-    pins = {}
-    for line in (ROOT / "requirements.txt").read_text().splitlines():
-        line = line.split("#")[0].strip()
-        if "==" in line:
-            pins[canonicalize_name(line.split("==")[0])] = line
-    return pins
+def _pins() -> list[str]:
+    """The exact pins of requirements.txt, e.g. 'torch==2.13.0'."""
+    lines = (line.split("#")[0].strip()
+             for line in (ROOT / "requirements.txt").read_text().splitlines())
+    return [line for line in lines if "==" in line]
 
 
 def _closure(names) -> set[str]:
@@ -91,7 +88,7 @@ def bare(tmp_path_factory):
     _link_installed(BARE, where / "bare-packages")
     Path(purelib.stdout.strip(), "bare-packages.pth").write_text(f"{where / 'bare-packages'}\n")
     constraints = where / "constraints.txt"  # tlm's dependencies at the book's versions
-    constraints.write_text("\n".join(_pins().values()) + "\n")
+    constraints.write_text("\n".join(_pins()) + "\n")
     # a copy of the package alone, so that pip builds nothing inside the checkout
     source = where / "tlm-src"
     source.mkdir()
@@ -113,7 +110,15 @@ def bare(tmp_path_factory):
     return python, env
 
 
-SANITIZE = re.compile(r"at 0x[0-9a-fA-F]+")
+def _sanitizers() -> list[tuple[re.Pattern, str]]:
+    """The regex/replace pairs of nbval_sanitize.cfg, which nbval applies too."""
+    lines = (ROOT / "nbval_sanitize.cfg").read_text().splitlines()
+    regexes = [l.split(":", 1)[1].strip() for l in lines if l.startswith("regex:")]
+    replaces = [l.split(":", 1)[1].strip() for l in lines if l.startswith("replace:")]
+    return [(re.compile(r), rep) for r, rep in zip(regexes, replaces, strict=True)]
+
+
+SANITIZERS = _sanitizers()
 
 
 def _checked_outputs(nb) -> list[tuple[int, str]]:
@@ -132,7 +137,8 @@ def _checked_outputs(nb) -> list[tuple[int, str]]:
                 text = out.data["text/plain"]
             else:
                 continue
-            text = SANITIZE.sub("at 0xADDRESS", text)
+            for pattern, replacement in SANITIZERS:
+                text = pattern.sub(replacement, text)
             if found and found[-1][0] == i and out.output_type == "stream":
                 found[-1] = (i, found[-1][1] + text)  # a stream may arrive in pieces
             else:
