@@ -51,14 +51,30 @@ def test_permutation_is_needed_and_correct():
     assert perm.tolist() == [0, 2, 1, 3, 4, 6, 5, 7]
 
 
-def test_unsupported_llama_configs_are_refused():
+def test_unsupported_configs_are_refused():
     base = dict(vocab_size=100, hidden_size=64, intermediate_size=128, num_hidden_layers=1, num_attention_heads=4,
-                num_key_value_heads=4, tie_word_embeddings=False)
-    for change, match in [({"num_key_value_heads": 2}, "num_key_value_heads"), ({"tie_word_embeddings": True}, "tie_word_embeddings"),
-                          ({"attention_bias": True}, "attention_bias")]:
+                num_key_value_heads=2, tie_word_embeddings=False)
+    llama3_rope = {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0, "low_freq_factor": 1.0,
+                   "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+    for change, match in [({"attention_bias": True}, "attention_bias"), ({"mlp_bias": True}, "mlp_bias"),
+                          ({"hidden_act": "gelu"}, "hidden_act"), ({"rope_parameters": llama3_rope}, "rope_type")]:
         hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**{**base, **change}))
         with pytest.raises(ValueError, match=match):
+            tlm.from_hf(hf)
+        with pytest.raises(ValueError, match=match):
             tlm.from_hf_llama(hf)
+    qwen = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**base, head_dim=16, use_sliding_window=True))
+    with pytest.raises(ValueError, match="use_sliding_window"):
+        tlm.from_hf(qwen)
+    qwen = transformers.Qwen3ForCausalLM(transformers.Qwen3Config(**base, head_dim=16))
+    with pytest.raises(TypeError, match="LlamaForCausalLM.*Qwen3ForCausalLM"):
+        tlm.from_hf_llama(qwen)
+    with pytest.raises(TypeError, match="LlamaForCausalLM or Qwen3ForCausalLM"):
+        tlm.from_hf(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="tlm.TransformerLM"):
+        tlm.to_hf(qwen)
+    with pytest.raises(ValueError, match="qk_norm"):
+        tlm.to_hf_llama(tlm.TransformerLM(10, 4, 8, 1, 2, 16, 1e4, qk_norm=True))
 
 
 def test_tlm_imports_without_transformers():

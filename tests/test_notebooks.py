@@ -162,7 +162,8 @@ if any(importlib.util.find_spec(module) is None for module in {modules}):
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"{{name}}{extras}{{at}}{{url}}"], check=True)
     importlib.invalidate_caches()'''
-NEEDS_HF = {"12_llama.ipynb", "16_performance.ipynb"}
+NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "16_performance.ipynb",
+            "17_architectures.ipynb"}
 
 
 def install_cell(chapter: str) -> str:

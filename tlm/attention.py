@@ -11,10 +11,12 @@ from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
 from tlm.linear import Linear
+from tlm.rmsnorm import RMSNorm
 from tlm.rope import RotaryPositionalEmbedding
 from tlm.softmax import softmax
 from tlm.utils import (_check_attention_inputs, _check_float_tensor,
-                       _check_index_tensor, _check_positive_int)
+                       _check_index_tensor, _check_positive_float,
+                       _check_positive_int)
 
 
 def _attend(Q: Tensor, K: Tensor, V: Tensor, bias: Tensor | None) -> Tensor:
@@ -50,33 +52,48 @@ def scaled_dot_product_attention(
 
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+_SDPA_GQA = torch.__version__ >= "2.5"  # F.scaled_dot_product_attention(enable_gqa=)
 
 
 class MultiHeadSelfAttention(nn.Module):
     """Causal multi-head self-attention, with RoPE on queries and keys if theta is set.
 
     Args:
-        d_model: model width; must be divisible by num_heads.
-        num_heads: number of heads h; each has d_k = d_v = d_model / h.
+        d_model: model width; must be divisible by num_heads unless head_dim is given.
+        num_heads: number of query heads h; each has d_k = d_v = d_model / h.
         max_seq_len: longest sequence (needed with theta: it sizes the RoPE tables).
         theta: RoPE base; None for no rotation.
         device, dtype: as in torch.nn.
         rope: a RotaryPositionalEmbedding shared with other layers, instead of theta.
         attn_implementation: "eager" (this chapter's _attend) or "sdpa"
             (F.scaled_dot_product_attention); the two agree to float rounding.
+        num_kv_heads: key/value heads g, dividing h (grouped-query attention; 1 is
+            multi-query); query head i reads key/value head i // (h / g). Default h.
+        head_dim: d_k of every head, if not d_model / h.
+        qk_norm: RMSNorm over each head's q and k before the rotation (Qwen3), with
+            gains q_norm and k_norm.
+        rms_norm_eps: eps of those two norms.
     """
 
     def __init__(self, d_model: int, num_heads: int, max_seq_len: int | None = None,
                  theta: float | None = None, device=None, dtype=None,
                  rope: RotaryPositionalEmbedding | None = None,
-                 attn_implementation: str = "eager"):
+                 attn_implementation: str = "eager", num_kv_heads: int | None = None,
+                 head_dim: int | None = None, qk_norm: bool = False,
+                 rms_norm_eps: float = 1e-5):
         super().__init__()
         self.d_model = _check_positive_int("d_model", d_model)
         self.num_heads = _check_positive_int("num_heads", num_heads)
-        if d_model % num_heads:
+        self.num_kv_heads = _check_positive_int(
+            "num_kv_heads", num_heads if num_kv_heads is None else num_kv_heads)
+        if num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={num_heads} must be divisible by "
+                             f"num_kv_heads={self.num_kv_heads}")
+        if head_dim is None and d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by "
-                             f"num_heads={num_heads}")
-        self.d_k = d_model // num_heads
+                             f"num_heads={num_heads} (or give head_dim)")
+        self.d_k = _check_positive_int(
+            "head_dim", d_model // num_heads if head_dim is None else head_dim)
         if max_seq_len is not None:
             _check_positive_int("max_seq_len", max_seq_len)
         self.max_seq_len = max_seq_len
@@ -84,16 +101,25 @@ class MultiHeadSelfAttention(nn.Module):
             raise ValueError("attn_implementation must be one of "
                              f"{ATTN_IMPLEMENTATIONS}, got {attn_implementation!r}")
         self.attn_implementation = attn_implementation
-        self.q_proj, self.k_proj, self.v_proj, self.output_proj = (
-            Linear(d_model, d_model, device=device, dtype=dtype) for _ in range(4))
+        q_width, kv_width = num_heads * self.d_k, self.num_kv_heads * self.d_k
+        kw = dict(device=device, dtype=dtype)
+        self.q_proj = Linear(d_model, q_width, **kw)
+        self.k_proj = Linear(d_model, kv_width, **kw)
+        self.v_proj = Linear(d_model, kv_width, **kw)
+        self.output_proj = Linear(q_width, d_model, **kw)
+        _check_positive_float("rms_norm_eps", rms_norm_eps)
+        if not isinstance(qk_norm, bool):
+            raise TypeError(f"qk_norm must be a bool, got {type(qk_norm).__name__}")
+        self.q_norm = RMSNorm(self.d_k, rms_norm_eps, **kw) if qk_norm else None
+        self.k_norm = RMSNorm(self.d_k, rms_norm_eps, **kw) if qk_norm else None
         if rope is None and theta is not None:
             if max_seq_len is None:
                 raise ValueError("max_seq_len must be given together with theta "
                                  "(it sizes the RoPE tables)")
             rope = RotaryPositionalEmbedding(theta, self.d_k, max_seq_len, device)
         if rope is not None and rope.d_k != self.d_k:
-            raise ValueError(f"rope.d_k={rope.d_k} must equal "
-                             f"d_model / num_heads = {self.d_k}")
+            raise ValueError(f"rope.d_k={rope.d_k} must equal the head size "
+                             f"{self.d_k}")
         self.rope = rope
 
     def forward(self, x: Float[Tensor, "... seq d_model"],
@@ -104,7 +130,7 @@ class MultiHeadSelfAttention(nn.Module):
 
     def project(self, x: Tensor, token_positions: Tensor | None = None
                 ) -> tuple[Tensor, Tensor, Tensor]:
-        """Queries, keys, values, heads split off, q and k rotated: (..., h, T, d_k)."""
+        """Queries (..., h, T, d_k), keys and values (..., g, T, d_k); q, k rotated."""
         _check_float_tensor("x", x, self.d_model, "d_model")
         if x.ndim < 2:
             raise ValueError(f"x must have shape (..., seq, d_model), "
@@ -113,8 +139,11 @@ class MultiHeadSelfAttention(nn.Module):
         if self.max_seq_len is not None and T > self.max_seq_len:
             raise ValueError(f"x has seq={T} positions, "
                              f"more than max_seq_len={self.max_seq_len}")
-        q, k, v = (rearrange(proj(x), "... t (h d) -> ... h t d", h=self.num_heads)
-                   for proj in (self.q_proj, self.k_proj, self.v_proj))
+        q = rearrange(self.q_proj(x), "... t (h d) -> ... h t d", h=self.num_heads)
+        k, v = (rearrange(proj(x), "... t (h d) -> ... h t d", h=self.num_kv_heads)
+                for proj in (self.k_proj, self.v_proj))
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
         if self.rope is not None:
             if token_positions is not None:
                 _check_index_tensor("token_positions", token_positions,
@@ -124,19 +153,39 @@ class MultiHeadSelfAttention(nn.Module):
         return q, k, v
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        """Causal attention of n queries (the last n of m positions) over m keys."""
+        """Causal attention of n queries (the last n of m positions) over m keys.
+
+        q has h heads, k and v have g: each key/value head serves h / g query heads.
+        """
         n, m = q.shape[-2], k.shape[-2]
-        if self.attn_implementation == "sdpa" and n == m:
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        bias = _causal_bias(n, m, q.device, q.dtype)
+        group = q.shape[-3] // k.shape[-3]
         if self.attn_implementation == "sdpa":
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-        return _attend(q, k, v, bias)
+            if group > 1 and not _SDPA_GQA:
+                k, v = (t.repeat_interleave(group, dim=-3) for t in (k, v))
+            gqa = dict(enable_gqa=True) if group > 1 and _SDPA_GQA else {}
+            if n == m:
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
+            bias = _causal_bias(n, m, q.device, q.dtype)
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **gqa)
+        bias = _causal_bias(n, m, q.device, q.dtype)
+        if group == 1:
+            return _attend(q, k, v, bias)
+        # the query heads of one key/value head, stacked as g*n rows of one matrix
+        stacked = q.unflatten(-3, (-1, group)).flatten(-3, -2)
+        out = _attend(stacked, k, v, bias.repeat(group, 1))
+        return out.unflatten(-2, (group, n)).flatten(-4, -3)
 
     def merge(self, out: Tensor) -> Tensor:
         """Concatenate the heads and mix them: (..., h, T, d_k) -> (..., T, d_model)."""
         return self.output_proj(rearrange(out, "... h t d -> ... t (h d)"))
 
     def extra_repr(self) -> str:
-        return (f"d_model={self.d_model}, num_heads={self.num_heads}, "
+        extra = ""
+        if self.num_kv_heads != self.num_heads:
+            extra += f", num_kv_heads={self.num_kv_heads}"
+        if self.d_k * self.num_heads != self.d_model:
+            extra += f", head_dim={self.d_k}"
+        if self.q_norm is not None:
+            extra += ", qk_norm=True"
+        return (f"d_model={self.d_model}, num_heads={self.num_heads}{extra}, "
                 f"attn_implementation={self.attn_implementation!r}")

@@ -10,6 +10,7 @@ from tlm.attention import MultiHeadSelfAttention
 from tlm.rmsnorm import RMSNorm
 from tlm.rope import RotaryPositionalEmbedding
 from tlm.swiglu import SwiGLU
+from tlm.utils import _check_positive_float
 
 
 class TransformerBlock(nn.Module):
@@ -20,20 +21,27 @@ class TransformerBlock(nn.Module):
         max_seq_len, theta: RoPE table size and base.
         device, dtype: as in torch.nn.
         rope: a RotaryPositionalEmbedding shared with other blocks (theta unused then).
-        attn_implementation: "eager" or "sdpa", passed to MultiHeadSelfAttention.
+        attn_implementation, num_kv_heads, head_dim, qk_norm: passed to
+            MultiHeadSelfAttention (grouped-query attention, head size, QK-norm).
+        rms_norm_eps: eps of every RMSNorm in the block.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int,
                  theta: float, device=None, dtype=None,
                  rope: RotaryPositionalEmbedding | None = None,
-                 attn_implementation: str = "eager"):
+                 attn_implementation: str = "eager", num_kv_heads: int | None = None,
+                 head_dim: int | None = None, qk_norm: bool = False,
+                 rms_norm_eps: float = 1e-5):
         super().__init__()
-        self.ln1 = RMSNorm(d_model, device=device, dtype=dtype)
-        self.attn = MultiHeadSelfAttention(d_model, num_heads, max_seq_len, theta,
-                                           device=device, dtype=dtype, rope=rope,
-                                           attn_implementation=attn_implementation)
-        self.ln2 = RMSNorm(d_model, device=device, dtype=dtype)
-        self.ffn = SwiGLU(d_model, d_ff, device=device, dtype=dtype)
+        _check_positive_float("rms_norm_eps", rms_norm_eps)
+        kw = dict(device=device, dtype=dtype)
+        self.ln1 = RMSNorm(d_model, rms_norm_eps, **kw)
+        self.attn = MultiHeadSelfAttention(
+            d_model, num_heads, max_seq_len, theta, **kw, rope=rope,
+            attn_implementation=attn_implementation, num_kv_heads=num_kv_heads,
+            head_dim=head_dim, qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
+        self.ln2 = RMSNorm(d_model, rms_norm_eps, **kw)
+        self.ffn = SwiGLU(d_model, d_ff, **kw)
 
     def forward(self, x: Float[Tensor, "... seq d_model"],
                 token_positions: Int[Tensor, "... seq"] | None = None

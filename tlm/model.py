@@ -30,35 +30,56 @@ class TransformerLM(nn.Module):
         rope_theta: RoPE base.
         device, dtype: as in torch.nn.
         attn_implementation: "eager" (the book's attention) or "sdpa" (PyTorch's).
+        num_kv_heads, head_dim, qk_norm: grouped-query attention, head size and
+            QK-norm, as in MultiHeadSelfAttention (defaults: the handout's model).
+        tie_embeddings: lm_head and token_embeddings share one weight matrix (it keeps
+            lm_head's initialization).
+        rms_norm_eps: eps of every RMSNorm.
     """
 
     def __init__(self, vocab_size: int, context_length: int, d_model: int,
                  num_layers: int, num_heads: int, d_ff: int, rope_theta: float,
-                 device=None, dtype=None, attn_implementation: str = "eager"):
+                 device=None, dtype=None, attn_implementation: str = "eager",
+                 num_kv_heads: int | None = None, head_dim: int | None = None,
+                 qk_norm: bool = False, tie_embeddings: bool = False,
+                 rms_norm_eps: float = 1e-5):
         super().__init__()
         sizes = dict(vocab_size=vocab_size, context_length=context_length,
                      d_model=d_model, num_layers=num_layers, num_heads=num_heads,
                      d_ff=d_ff)
         for name, value in sizes.items():
             _check_positive_int(name, value)
-        if d_model % num_heads:
+        if head_dim is None and d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by "
-                             f"num_heads={num_heads}")
-        self.config = dict(**sizes, rope_theta=rope_theta,
-                           attn_implementation=attn_implementation)
+                             f"num_heads={num_heads} (or give head_dim)")
+        head_dim = d_model // num_heads if head_dim is None else head_dim
+        _check_positive_int("head_dim", head_dim)
+        if head_dim % 2:
+            raise ValueError(f"d_k must be even for RoPE, got head_dim={head_dim}")
+        if not isinstance(tie_embeddings, bool):
+            raise TypeError("tie_embeddings must be a bool, "
+                            f"got {type(tie_embeddings).__name__}")
         self.vocab_size, self.context_length = vocab_size, context_length
-        self.token_embeddings = Embedding(vocab_size, d_model, device=device,
-                                          dtype=dtype)
+        kw = dict(device=device, dtype=dtype)
+        self.token_embeddings = Embedding(vocab_size, d_model, **kw)
         # one table of angles, shared by every block
-        rope = RotaryPositionalEmbedding(rope_theta, d_model // num_heads,
-                                         context_length, device=device)
+        rope = RotaryPositionalEmbedding(rope_theta, head_dim, context_length,
+                                         device=device)
         self.layers = nn.ModuleList(
-            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta,
-                             device=device, dtype=dtype, rope=rope,
-                             attn_implementation=attn_implementation)
+            TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, **kw,
+                             rope=rope, attn_implementation=attn_implementation,
+                             num_kv_heads=num_kv_heads, head_dim=head_dim,
+                             qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
             for _ in range(num_layers))
-        self.ln_final = RMSNorm(d_model, device=device, dtype=dtype)
-        self.lm_head = Linear(d_model, vocab_size, device=device, dtype=dtype)
+        self.ln_final = RMSNorm(d_model, rms_norm_eps, **kw)
+        self.lm_head = Linear(d_model, vocab_size, **kw)
+        if tie_embeddings:  # one Parameter, under both names in the state dict
+            self.token_embeddings.weight = self.lm_head.weight
+        self.config = dict(**sizes, rope_theta=rope_theta,
+                           attn_implementation=attn_implementation,
+                           num_kv_heads=self.layers[0].attn.num_kv_heads,
+                           head_dim=head_dim, qk_norm=qk_norm,
+                           tie_embeddings=tie_embeddings, rms_norm_eps=rms_norm_eps)
 
     def forward(self, token_ids: Int[Tensor, "... seq"],
                 token_positions: Int[Tensor, "... seq"] | None = None
@@ -75,8 +96,18 @@ class TransformerLM(nn.Module):
         return self.lm_head(self.ln_final(x))
 
     def load_state_dict(self, state_dict, strict: bool = True, assign: bool = False):
-        """As nn.Module.load_state_dict; also takes a torch.compile'd model's keys."""
+        """As nn.Module.load_state_dict; also takes a torch.compile'd model's keys.
+
+        A model with tied embeddings refuses a state dict whose two copies of the
+        shared matrix differ (loading would silently keep only one of them).
+        """
         state_dict = strip_compile_prefix(state_dict)
+        tied = ("token_embeddings.weight", "lm_head.weight")
+        if (self.config["tie_embeddings"] and all(k in state_dict for k in tied)
+                and not torch.equal(*(state_dict[k] for k in tied))):
+            raise ValueError("the model ties lm_head to token_embeddings, but the "
+                             "state dict holds two different matrices under "
+                             f"{tied[0]!r} and {tied[1]!r}")
         return super().load_state_dict(state_dict, strict=strict, assign=assign)
 
 
