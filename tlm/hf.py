@@ -73,8 +73,8 @@ def to_hf(model: TransformerLM, attn_implementation: str = "eager"):
         raise TypeError("model must be a tlm.TransformerLM, "
                         f"got {type(model).__name__}")
     c = model.config
-    _, ForCausalLM = _import_hf("qwen3" if c["qk_norm"] else "llama")
     config = hf_config(c, attn_implementation)
+    _, ForCausalLM = _import_hf(config.model_type)
     weight = model.lm_head.weight
     hf = ForCausalLM(config).to(device=weight.device, dtype=weight.dtype)
     state = {"model.embed_tokens.weight": model.token_embeddings.weight,
