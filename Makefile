@@ -37,8 +37,11 @@ test: check-export
 book: $(STAMP)
 	$(JB) build . --all -W --keep-going
 
+# Re-run chapters in place (all, or NB=chapters/NN_name.ipynb), then refresh the README's
+# quotes of their outputs.
 execute: $(STAMP)
 	$(PY) tools/execute.py $(NB)
+	$(PY) tools/quote_outputs.py
 
 clean:
 	rm -rf _build

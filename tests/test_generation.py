@@ -122,10 +122,19 @@ def test_bad_inputs():
         tlm.generate(model, prompt, 5, temperature=-1)
     with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\]"):
         tlm.generate(model, prompt, 5, top_p=0)
-    with pytest.raises(ValueError, match="max_new_tokens must be a non-negative int"):
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0, got -1"):
         tlm.generate(model, prompt, -1)
     with pytest.raises(ValueError, match="eos_id must be an int"):
         tlm.generate(model, prompt, 5, eos_id=300)
+    # the wrong kind of value is a TypeError, naming the argument and what came
+    for kwargs, message in ((dict(temperature="0.5"), r"temperature must be a number >= 0 \(0 = greedy\), got str"),
+                            (dict(top_p=True), r"top_p must be in \(0, 1\], got bool"),
+                            (dict(eos_id=1.0), "eos_id must be an int >= 0, got float"),
+                            (dict(max_new_tokens=2.0), "max_new_tokens must be an int >= 0, got float")):
+        with pytest.raises(TypeError, match=message):
+            tlm.generate(model, prompt, **{"max_new_tokens": 5, **kwargs})
+    with pytest.raises(ValueError, match="temperature must be a number >= 0 .*got nan"):
+        tlm.generate(model, prompt, 5, temperature=float("nan"))
     with pytest.raises(ValueError, match="more than context_length=64"):
         tlm.generate(model, torch.zeros(1, 65, dtype=torch.long), 5)
     with pytest.raises(ValueError, match=r"prompt_ids must lie in \[0, vocab_size=300\)"):

@@ -86,3 +86,38 @@ def test_tlm_imports_without_transformers():
     code = "import sys; sys.modules['transformers'] = None; import tlm; tlm.to_hf_llama(tlm.TransformerLM(10, 4, 8, 1, 2, 16, 1e4))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "needs the transformers package" in out.stderr
+
+
+class _Transformers4Layout:
+    """A converted model seen through a transformers-4.x-shaped configuration: rope_theta and
+    rope_scaling as attributes, no rope_parameters (what many notebook runtimes still have)."""
+
+    def __init__(self, hf, rope_scaling):
+        self._hf = hf
+        c = hf.config
+        fields = ("model_type", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+                  "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings",
+                  "rms_norm_eps", "tie_word_embeddings", "attention_bias", "mlp_bias", "hidden_act")
+        self.config = type("Config", (), {f: getattr(c, f) for f in fields})()
+        self.config.rope_theta = c.rope_parameters["rope_theta"]
+        self.config.rope_scaling = rope_scaling
+        self.lm_head = hf.lm_head
+
+    def state_dict(self):
+        return self._hf.state_dict()
+
+
+def test_transformers_4_configurations_convert_and_scaled_rope_is_refused():
+    config = dict(vocab_size=200, context_length=24, d_model=64, num_layers=2, num_heads=4, d_ff=160,
+                  rope_theta=500_000.0)
+    model = tlm.TransformerLM(**config)
+    hf = tlm.to_hf_llama(model)
+    assert not hasattr(_Transformers4Layout(hf, None).config, "rope_parameters")
+    back = tlm.from_hf(_Transformers4Layout(hf, None))  # rope_scaling None: plain RoPE
+    assert back.config["rope_theta"] == 500_000.0
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), back.state_dict().values()))
+    llama31 = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 8192}
+    for scaling, name in ((llama31, "llama3"), ({"type": "linear", "factor": 2.0}, "linear")):
+        with pytest.raises(ValueError, match=f"rope_type='default' only, got '{name}'"):
+            tlm.from_hf(_Transformers4Layout(hf, scaling))

@@ -88,37 +88,76 @@ def test_every_exercise_has_a_solution_in_a_dropdown(path):
 
 
 # The first definition a reader meets of each chapter's object: the handout-level version,
-# short, and free of what later chapters explain (issue: teach first, optimize later).
+# short, and free of what later chapters explain (teach first, optimize later). Where the
+# chapter then derives the exported version, the handout version has a name of its own
+# (first name) and comes before the exported one (second name).
 FIRST_DEFINITIONS = {
-    "05_rmsnorm.ipynb": {"RMSNorm": 30},
-    "06_swiglu.ipynb": {"silu": 8, "SwiGLU": 25},
-    "07_rope.ipynb": {"RotaryPositionalEmbedding": 40},
-    "08_softmax.ipynb": {"softmax": 15},
-    "09_attention.ipynb": {"scaled_dot_product_attention": 20, "MultiHeadSelfAttention": 45},
+    "05_rmsnorm.ipynb": {("HandoutRMSNorm", "RMSNorm"): 30},
+    "06_swiglu.ipynb": {("silu", "silu"): 8, ("SwiGLU", "SwiGLU"): 25},
+    "07_rope.ipynb": {("HandoutRoPE", "RotaryPositionalEmbedding"): 40},
+    "08_softmax.ipynb": {("handout_softmax", "softmax"): 15},
+    "09_attention.ipynb": {("handout_attention", "scaled_dot_product_attention"): 20,
+                           ("HandoutMHA", "MultiHeadSelfAttention"): 45},
+    "11_model.ipynb": {("HandoutTransformerLM", "TransformerLM"): 25},
 }
 LATER_IDEAS = ("autograd.Function", "torch.nn.functional", "F.", "kv_cache", "cache",
-               "attn_implementation", "sdpa", "complex", "once_differentiable")
+               "attn_implementation", "sdpa", "complex", "once_differentiable", "config")
+
+
+def _definitions(path) -> list[tuple[int, ast.AST]]:
+    """(cell index, node) of every top-level def and class in the chapter's code cells."""
+    found = []
+    for i, cell in enumerate(_cells(path)):
+        if cell.cell_type == "code":
+            tree = ast.parse("\n".join(line for line in cell.source.splitlines()
+                                       if not line.startswith(("#|", "%", "!"))))
+            found += [(i, n) for n in tree.body
+                      if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    return found
 
 
 @pytest.mark.parametrize("chapter", sorted(FIRST_DEFINITIONS))
 def test_first_definition_is_the_handout_version(chapter):
-    for name, max_lines in FIRST_DEFINITIONS[chapter].items():
-        for cell in _cells(ROOT / "chapters" / chapter):
-            if cell.cell_type != "code":
-                continue
-            tree = ast.parse("\n".join(line for line in cell.source.splitlines()
-                                       if not line.startswith(("#|", "%", "!"))))
-            nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
-                     and n.name == name]
-            if nodes:
-                lines = nodes[0].end_lineno - nodes[0].lineno + 1
-                assert lines <= max_lines, f"{chapter}: first {name} has {lines} lines"
-                code = ast.unparse(nodes[0])
-                found = [idea for idea in LATER_IDEAS if idea in code]
-                assert not found, f"{chapter}: first {name} uses {found}"
-                break
-        else:
-            pytest.fail(f"{chapter}: no definition of {name}")
+    defs = _definitions(ROOT / "chapters" / chapter)
+    for (handout, exported), max_lines in FIRST_DEFINITIONS[chapter].items():
+        first = next((n for _, n in defs if n.name in (handout, exported)), None)
+        assert first is not None, f"{chapter}: no definition of {handout}"
+        assert first.name == handout, f"{chapter}: {exported} is defined before {handout}"
+        lines = first.end_lineno - first.lineno + 1
+        assert lines <= max_lines, f"{chapter}: {handout} has {lines} lines"
+        code = ast.unparse(first)
+        found = [idea for idea in LATER_IDEAS if idea in code]
+        assert not found, f"{chapter}: {handout} uses {found}"
+        assert any(n.name == exported for _, n in defs), f"{chapter}: no {exported}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_definition_is_renamed_by_an_alias(path):
+    """`HandoutX = X` followed by a new X hides which version a cell runs: no aliases."""
+    defined = {n.name for _, n in _definitions(path)}
+    aliases = []
+    for i, cell in enumerate(_cells(path)):
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse("\n".join(line for line in cell.source.splitlines()
+                                   if not line.startswith(("#|", "%", "!"))))
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                values = (node.value.elts if isinstance(node.value, ast.Tuple)
+                          else [node.value])
+                aliases += [(i, v.id) for v in values
+                            if isinstance(v, ast.Name) and v.id in defined]
+    assert not aliases, f"{path.name}: (cell, name) bound to a second name: {aliases}"
+
+
+def test_the_alias_check_finds_aliases(tmp_path):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("def f():\n    pass"),
+                nbformat.v4.new_code_cell("handout_f = f")]
+    path = tmp_path / "x.ipynb"
+    nbformat.write(nb, path)
+    with pytest.raises(AssertionError, match="bound to a second name"):
+        test_no_definition_is_renamed_by_an_alias(path)
 
 
 def _figures(path) -> int:
@@ -193,7 +232,7 @@ def test_chapters_that_import_transformers_install_the_hf_extra():
 RANDOM_DRAWS = {"randn", "rand", "randint", "randperm", "normal", "multinomial"}
 RANDOM_LIKE = {"randn_like", "rand_like", "randint_like"}
 RANDOM_INIT = {"Linear", "Embedding", "SwiGLU", "MultiHeadSelfAttention", "HandoutMHA",
-               "TransformerBlock", "TransformerLM"}
+               "TransformerBlock", "TransformerLM", "HandoutTransformerLM"}
 
 
 def _device_problems(source: str) -> list[str]:

@@ -113,8 +113,10 @@ def test_time_alternating_takes_turns_and_counts():
     times = tlm.time_alternating({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, repeats=3, warmup=1)
     assert calls == ["a", "b"] * 4
     assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3} and all(t >= 0 for v in times.values() for t in v)
-    with pytest.raises(ValueError, match="repeats"):
+    with pytest.raises(ValueError, match="repeats must be a positive int, got 0"):
         tlm.time_alternating({"a": lambda: None}, repeats=0)
+    with pytest.raises(TypeError, match="warmup must be an int >= 0, got str"):
+        tlm.time_alternating({"a": lambda: None}, warmup="1")
 
 
 def test_summarize_ratios_by_hand():

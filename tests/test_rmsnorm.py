@@ -77,8 +77,11 @@ def test_bad_inputs():
         norm(torch.ones(2, 64, dtype=torch.long))
     with pytest.raises(ValueError, match="d_model must be a positive int, got 0"):
         tlm.RMSNorm(0)
-    for eps in (0, -1e-5, "1e-5", None):
-        with pytest.raises(ValueError, match="eps must be a positive number"):
+    for eps in (0, -1e-5, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="eps must be a positive finite number"):
+            tlm.RMSNorm(8, eps=eps)
+    for eps in ("1e-5", None, True):  # the wrong kind of value: a TypeError
+        with pytest.raises(TypeError, match="eps must be a positive number, got (str|NoneType|bool)"):
             tlm.RMSNorm(8, eps=eps)
 
 

@@ -92,8 +92,10 @@ def test_gradcheck():
 def test_bad_inputs():
     with pytest.raises(ValueError, match="d_k must be even"):
         tlm.RotaryPositionalEmbedding(10_000.0, 15, 32)
-    with pytest.raises(ValueError, match="theta must be a positive number"):
+    with pytest.raises(ValueError, match="theta must be a positive finite number, got 0"):
         tlm.RotaryPositionalEmbedding(0, 16, 32)
+    with pytest.raises(TypeError, match="theta must be a positive number, got str"):
+        tlm.RotaryPositionalEmbedding("1e4", 16, 32)
     with pytest.raises(ValueError, match="max_seq_len must be a positive int"):
         tlm.RotaryPositionalEmbedding(1e4, 16, 0)
     rope = tlm.RotaryPositionalEmbedding(10_000.0, 16, 32)

@@ -68,3 +68,25 @@ def test_backward_through_masked_entries_is_zero_and_finite():
     (grad,) = torch.autograd.grad(tlm.softmax(scores, -1), scores, torch.randn(3, 4))
     assert torch.isfinite(grad).all()
     assert torch.equal(grad[:, [1, 3]], torch.zeros(3, 2)) and torch.equal(grad[2], torch.zeros(4))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16_bit_inputs_are_computed_in_float32(dtype):
+    """As autocast does for F.softmax on a GPU: float32 arithmetic, one rounding at the end."""
+    x = torch.randn(4, 7, 300) * 4
+    low = x.to(dtype).requires_grad_()
+    out = tlm.softmax(low, -1)
+    assert out.dtype == dtype
+    exact = F.softmax(low.detach().double(), -1)  # float64 oracle on the same inputs
+    # one rounding of the float32 result: within half a step of the 16-bit format (relative
+    # for normal numbers, half the subnormal spacing below them), with slack for float32
+    info = torch.finfo(dtype)
+    step = info.eps
+    half_step = 1.01 * (exact * step / 2 + info.smallest_normal * step / 2)
+    assert ((out.double() - exact).abs() <= half_step).all()
+    torch.testing.assert_close(out, F.softmax(low.detach().float(), -1).to(dtype), rtol=0, atol=0)
+    g = torch.randn(out.shape)
+    (grad,) = torch.autograd.grad(out, low, g.to(dtype))
+    (ref,) = torch.autograd.grad(F.softmax(low.double(), -1), low, g.double())
+    assert grad.dtype == dtype
+    torch.testing.assert_close(grad.float(), ref.float(), rtol=2 * step, atol=1e-3)

@@ -139,3 +139,15 @@ def test_load_checkpoint_names_a_bare_state_dict(tmp_path):
     with pytest.raises(ValueError, match=r"weights\.pt is not a checkpoint of save_checkpoint"):
         tlm.load_checkpoint(tmp_path / "weights.pt", model, opt)
     assert tlm.load_model_weights(model, tmp_path / "weights.pt") is model  # loads weights
+
+
+def test_cross_entropy_of_16_bit_logits_is_float32():
+    """The loss is computed in float32 from 16-bit logits, as autocast does for F.cross_entropy."""
+    logits = (torch.randn(4, 12, 1000) * 3).to(torch.bfloat16)
+    targets = torch.randint(0, 1000, (4, 12))
+    ours = tlm.cross_entropy(logits, targets)
+    assert ours.dtype == torch.float32
+    ref = F.cross_entropy(logits.double().flatten(0, 1), targets.flatten())
+    assert abs(ours.item() - ref.item()) < 1e-5
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert tlm.cross_entropy(logits, targets).dtype == torch.float32

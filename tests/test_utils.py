@@ -49,3 +49,37 @@ def test_unknown_box_name_is_a_clear_error():
     with pytest.raises(ValueError, match="no box named 'c'"):
         draw_diagram(ax, {"a": (0, 0, "a")}, [("a", "c")])
     plt.close(fig)
+
+
+# The argument checks: a TypeError for the wrong kind of value, a ValueError for a value of the
+# right kind that is out of range; the message names the argument and what came.
+@pytest.mark.parametrize("value, error, match", [
+    ("1e-5", TypeError, "eps must be a positive number, got str '1e-5'"),
+    (None, TypeError, "eps must be a positive number, got NoneType None"),
+    (True, TypeError, "eps must be a positive number, got bool True"),
+    (0, ValueError, "eps must be a positive finite number, got 0.0"),
+    (-1.0, ValueError, "eps must be a positive finite number, got -1.0"),
+    (float("inf"), ValueError, "eps must be a positive finite number, got inf"),
+])
+def test_check_positive_float(value, error, match):
+    from tlm.utils import _check_positive_float
+    with pytest.raises(error, match=match):
+        _check_positive_float("eps", value)
+
+
+def test_check_positive_float_accepts_ints_and_floats():
+    from tlm.utils import _check_positive_float
+    assert _check_positive_float("eps", 1e-5) == 1e-5
+    assert _check_positive_float("theta", 10_000) == 10_000.0
+    assert type(_check_positive_float("theta", 10_000)) is float
+
+
+def test_check_int():
+    from tlm.utils import _check_int, _check_positive_int
+    assert _check_int("warmup", 0, minimum=0) == 0 and _check_positive_int("d", 3) == 3
+    with pytest.raises(TypeError, match="d_model must be a positive int, got float 4.0"):
+        _check_positive_int("d_model", 4.0)
+    with pytest.raises(TypeError, match="warmup must be an int >= 0, got bool False"):
+        _check_int("warmup", False, minimum=0)
+    with pytest.raises(ValueError, match="warmup must be an int >= 0, got -1"):
+        _check_int("warmup", -1, minimum=0)

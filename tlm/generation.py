@@ -3,6 +3,7 @@
 __all__ = ['top_p_filter', 'sample_next', 'LayerKVCache', 'KVCache', 'generate']
 
 import contextlib
+import math
 
 import torch
 from torch import Tensor, nn
@@ -10,7 +11,8 @@ from torch import Tensor, nn
 from tlm.attention import MultiHeadSelfAttention
 from tlm.model import TransformerLM
 from tlm.softmax import softmax
-from tlm.utils import _check_index_tensor, _check_positive_int
+from tlm.utils import (_check_index_tensor, _check_int, _check_number,
+                       _check_positive_int)
 
 
 def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
@@ -138,16 +140,13 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     if prompt_ids.shape[-1] > model.context_length:
         raise ValueError(f"prompt_ids has {prompt_ids.shape[-1]} tokens, "
                          f"more than context_length={model.context_length}")
-    if (isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int)
-            or max_new_tokens < 0):
-        raise ValueError("max_new_tokens must be a non-negative int, "
-                         f"got {max_new_tokens!r}")
-    if not isinstance(temperature, (int, float)) or temperature < 0:
-        raise ValueError("temperature must be a number >= 0 (0 = greedy), "
-                         f"got {temperature!r}")
-    if top_p is not None and not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+    _check_int("max_new_tokens", max_new_tokens, minimum=0)
+    greedy_or_more = "a number >= 0 (0 = greedy)"
+    if not 0 <= _check_number("temperature", temperature, greedy_or_more) < math.inf:
+        raise ValueError(f"temperature must be {greedy_or_more}, got {temperature!r}")
+    if top_p is not None and not 0 < _check_number("top_p", top_p, "in (0, 1]") <= 1:
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-    if eos_id is not None and not (isinstance(eos_id, int) and 0 <= eos_id < V):
+    if eos_id is not None and _check_int("eos_id", eos_id, minimum=0) >= V:
         raise ValueError(f"eos_id must be an int in [0, vocab_size={V}) or None, "
                          f"got {eos_id!r}")
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])

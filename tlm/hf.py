@@ -22,6 +22,9 @@ def _import_hf(kind: str):
         raise ImportError("converting to or from Hugging Face models needs the "
                           "transformers package: pip install transformers") from err
     prefix = {"llama": "Llama", "qwen3": "Qwen3"}[kind]
+    if not hasattr(transformers, f"{prefix}ForCausalLM"):
+        raise ImportError(f"transformers {transformers.__version__} has no "
+                          f"{prefix}ForCausalLM; Qwen3 needs transformers>=4.51")
     return (getattr(transformers, f"{prefix}Config"),
             getattr(transformers, f"{prefix}ForCausalLM"))
 
@@ -96,13 +99,17 @@ def from_hf(hf) -> TransformerLM:
     if kind not in ("llama", "qwen3"):
         raise TypeError("hf must be a LlamaForCausalLM or Qwen3ForCausalLM, "
                         f"got {type(hf).__name__} (model_type {kind!r})")
-    rope = (getattr(cfg, "rope_parameters", None)
-            or {"rope_theta": getattr(cfg, "rope_theta", None), "rope_type": "default"})
+    # transformers 5 keeps theta and scaling in rope_parameters; 4.x has rope_theta and
+    # rope_scaling (None, or a dict whose "rope_type", once "type", names the scaling)
+    rope = getattr(cfg, "rope_parameters", None) or {"rope_theta": cfg.rope_theta}
+    scaling = getattr(cfg, "rope_scaling", None) or {}
+    rope_type = (rope.get("rope_type") or scaling.get("rope_type")
+                 or scaling.get("type") or "default")
     unsupported = {  # what this model cannot represent: name -> (got, supported)
         "attention_bias": (cfg.attention_bias, False),
         "mlp_bias": (getattr(cfg, "mlp_bias", False), False),
         "hidden_act": (cfg.hidden_act, "silu"),
-        "rope_type": (rope.get("rope_type", "default"), "default"),
+        "rope_type": (rope_type, "default"),
         "use_sliding_window": (getattr(cfg, "use_sliding_window", False), False),
     }
     for name, (got, want) in unsupported.items():

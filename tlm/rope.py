@@ -14,7 +14,7 @@ class RotaryPositionalEmbedding(nn.Module):
     """Rotate adjacent pairs (x0, x1), (x2, x3), ... of the last axis by i * theta_k.
 
     Args:
-        theta: the base Θ of the angles θ(i, k) = i / Θ^((2k-2)/d_k).
+        theta: the base Θ of the angles θ(i, k) = i / Θ^(2k/d_k), k = 0 .. d_k/2 - 1.
         d_k: size of the vectors to rotate (even).
         max_seq_len: number of positions to precompute.
         device: where to build the cos/sin tables (non-persistent float32 buffers).
@@ -27,8 +27,8 @@ class RotaryPositionalEmbedding(nn.Module):
         if d_k % 2:
             raise ValueError(f"d_k must be even (RoPE rotates pairs), got {d_k}")
         self.max_seq_len = _check_positive_int("max_seq_len", max_seq_len)
-        k = torch.arange(0, d_k, 2, device=device, dtype=torch.float32)
-        inv_freq = self.theta ** (-k / d_k)
+        two_k = torch.arange(0, d_k, 2, device=device, dtype=torch.float32)
+        inv_freq = self.theta ** (-two_k / d_k)
         positions = torch.arange(max_seq_len, device=device, dtype=torch.float32)
         angles = torch.outer(positions, inv_freq)  # (max_seq_len, d_k / 2)
         self.register_buffer("cos", angles.cos(), persistent=False)

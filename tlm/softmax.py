@@ -11,15 +11,17 @@ from tlm.utils import _check_float_tensor
 
 
 class _Softmax(torch.autograd.Function):
-    """The stable softmax, with its backward pass written out."""
+    """The stable softmax, with its backward pass written out; 16-bit x in float32."""
 
     @staticmethod
     def forward(ctx, x: Tensor, dim: int) -> Tensor:
-        shift = x.amax(dim=dim, keepdim=True)
+        wide = torch.promote_types(x.dtype, torch.float32)
+        shift = x.amax(dim=dim, keepdim=True).to(wide)
         shift.masked_fill_(shift == float("-inf"), 0.0)  # all -inf: exp gives 0s
         y = (x - shift).exp_()  # exp in place: one new tensor for the whole forward
         total = y.sum(dim=dim, keepdim=True)
         y /= total.clamp_min(torch.finfo(total.dtype).tiny)
+        y = y.to(x.dtype)  # rounded once (nothing to do for float32 and float64)
         ctx.save_for_backward(y)
         ctx.dim = dim
         return y
@@ -28,10 +30,12 @@ class _Softmax(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, grad_y: Tensor) -> tuple[Tensor, None]:
         (y,) = ctx.saved_tensors
-        grad_x = grad_y * y  # y_j g_j ...
+        wide = torch.promote_types(y.dtype, torch.float32)
+        y32 = y.to(wide)
+        grad_x = grad_y.to(wide) * y32  # y_j g_j ...
         # ... - y_j sum_i y_i g_i
-        grad_x.addcmul_(y, grad_x.sum(dim=ctx.dim, keepdim=True), value=-1)
-        return grad_x, None
+        grad_x.addcmul_(y32, grad_x.sum(dim=ctx.dim, keepdim=True), value=-1)
+        return grad_x.to(y.dtype), None
 
 
 def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
@@ -41,7 +45,7 @@ def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
         x: scores of any shape.
         dim: the dimension that sums to one.
     Returns:
-        a tensor of the shape and dtype of x.
+        a tensor of the shape and dtype of x (16-bit inputs are computed in float32).
     """
     _check_float_tensor("x", x)
     n = max(x.ndim, 1)

@@ -2,6 +2,7 @@
 
 __all__ = ['get_device', 'saved_tensor_bytes', 'time_alternating', 'draw_diagram']
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -30,20 +31,34 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
-def _check_positive_int(name: str, value) -> int:
-    """Return `value` if it is a positive int, else raise an error naming `name`."""
+def _check_int(name: str, value, minimum: int = 1) -> int:
+    """Return `value` if it is an int >= minimum, else raise an error naming `name`."""
+    what = "a positive int" if minimum == 1 else f"an int >= {minimum}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be a positive int, got {_describe(value)}")
-    if value <= 0:
-        raise ValueError(f"{name} must be a positive int, got {value}")
+        raise TypeError(f"{name} must be {what}, got {_describe(value)}")
+    if value < minimum:
+        raise ValueError(f"{name} must be {what}, got {value}")
     return value
 
 
-def _check_positive_float(name: str, value) -> float:
-    """Return `value` as a float if it is a positive number, else raise a ValueError."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"{name} must be a positive number, got {value!r}")
+def _check_positive_int(name: str, value) -> int:
+    """Return `value` if it is a positive int, else raise an error naming `name`."""
+    return _check_int(name, value, 1)
+
+
+def _check_number(name: str, value, what: str) -> float:
+    """Return `value` as a float if it is an int or float, else raise a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be {what}, got {_describe(value)}")
     return float(value)
+
+
+def _check_positive_float(name: str, value) -> float:
+    """Return `value` as a float if it is a finite number > 0, else raise an error."""
+    value = _check_number(name, value, "a positive number")
+    if not 0 < value < math.inf:
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return value
 
 
 def _check_float_tensor(name: str, x, last_dim: int | None = None,
@@ -131,9 +146,8 @@ def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10,
     """
     if not fns:
         raise ValueError("fns must name at least one function to time")
-    for name, value, least in (("repeats", repeats, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an int >= {least}, got {value!r}")
+    _check_int("repeats", repeats, 1)
+    _check_int("warmup", warmup, 0)
     cuda = device is not None and torch.device(device).type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(warmup):

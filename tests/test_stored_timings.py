@@ -1,0 +1,143 @@
+"""What the prose says about a stored timing holds for the stored output, and the README quotes
+the stored outputs verbatim.
+
+Timing cells are machine-dependent (`# NBVAL_IGNORE_OUTPUT`), so nbval does not compare a re-run
+with them. These tests read the committed notebooks instead: a re-execution whose timings
+contradict a sentence of the chapter (or of the README) fails here before it can be committed.
+"""
+
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def stored_output(chapter: str, marker: str) -> str:
+    """The printed output of the one code cell of `chapter` whose source contains `marker`."""
+    cells = [c for c in nbformat.read(ROOT / "chapters" / chapter, as_version=4).cells
+             if c.cell_type == "code" and marker in c.source]
+    assert len(cells) == 1, f"{chapter}: {len(cells)} cells contain {marker!r}"
+    assert cells[0].execution_count is not None, f"{chapter}: the timing cell never ran"
+    return "".join(o.get("text", "") for o in cells[0].outputs if o.output_type == "stream")
+
+
+def numbers(text: str, pattern: str) -> dict[str, tuple[float, ...]]:
+    """{first group: the other groups as floats} for every line matching `pattern`."""
+    found = {}
+    for line in text.splitlines():
+        m = re.match(pattern, line)
+        if m:
+            found[m.group(1).strip()] = tuple(float(g) for g in m.groups()[1:])
+    return found
+
+
+MEDIAN_MS = r"^(.*?)\s+forward \+ backward:\s+([\d.]+) ms"
+
+
+@pytest.mark.parametrize("chapter, marker", [
+    ("05_rmsnorm.ipynb", 'versions = {"handout": HandoutRMSNorm(256'),
+    ("08_softmax.ipynb", 'steps = {name: (lambda fn=fn: fn(big, -1).backward(upstream))'),
+    ("09_attention.ipynb", '"handout": lambda: handout_attention(q_t, k_t, v_t, causal_t)'),
+])
+def test_the_exported_version_is_the_faster_as_the_chapter_says(chapter, marker):
+    t = numbers(stored_output(chapter, marker), MEDIAN_MS)
+    assert set(t) == {"handout", "tlm"}, t
+    assert t["tlm"][0] < t["handout"][0], t
+
+
+def test_rope_timings_rank_as_the_chapter_says():
+    """The complex multiplication is the fastest of the four; tlm beats the handout's."""
+    t = numbers(stored_output("07_rope.ipynb", '"complex multiplication": as_complex'),
+                r"^(.*?)\s+fwd \+ bwd:\s+([\d.]+) ms")
+    assert len(t) == 4, t
+    assert min(t, key=t.get) == "complex multiplication", t
+    assert t["tlm (rotation, back)"] < t["handout (strided slices)"], t
+
+
+def generation_timings() -> dict[str, tuple[float, ...]]:
+    """{name: (total s, ms per token over tokens 1-50, over the last 50)}."""
+    text = stored_output("15_generation.ipynb", "def greedy_run(name: str):")
+    return numbers(text, r"^(with the cache|recomputing)\s+([\d.]+) s\s+([\d.]+)\s+([\d.]+)$")
+
+
+def test_the_cache_saves_time_as_the_generation_chapter_says():
+    t = generation_timings()
+    cached, recomputed = t["with the cache"], t["recomputing"]
+    assert cached[0] < recomputed[0]  # less time in total
+    assert recomputed[2] > recomputed[1]  # recomputing: the last tokens cost more
+    assert cached[1] < recomputed[1] and cached[2] < recomputed[2]
+    assert cached[2] / cached[1] < recomputed[2] / recomputed[1]  # grows much more slowly
+
+
+PERF = "16_performance.ipynb"
+
+
+def test_llama_comparison_as_the_performance_chapter_says():
+    text = stored_output(PERF, "times = tlm.time_alternating(steps, repeats=7")
+    t = numbers(text, r"^(tlm eager|HF eager|tlm sdpa|HF sdpa)\s+([\d.]+) ms")
+    assert len(t) == 4, text
+    assert abs(t["tlm sdpa"][0] / t["HF sdpa"][0] - 1) < 0.10  # "to within 10%"
+    assert t["tlm sdpa"] < t["tlm eager"] and t["HF sdpa"] < t["HF eager"]  # sdpa is faster
+
+
+def test_fused_silu_and_index_select_as_the_performance_chapter_says():
+    text = stored_output(PERF, '"silu: F.silu (fused)": lambda: F.silu(h).backward(g_h)')
+    t = numbers(text, r"^(.*?)\s+fwd \+ bwd\s+([\d.]+) ms")
+    assert t["silu: F.silu (fused)"] < t["silu: x * sigmoid(x) (tlm)"], t
+    assert t["embedding: index_select (tlm)"] < t["embedding: weight[ids]"], t
+
+
+def test_fused_qkv_buys_nothing_as_the_performance_chapter_says():
+    text = stored_output(PERF, "def fused(x):")
+    t = numbers(text, r"^(projections.*?)\s+([\d.]+) ms\s+([\d.]+) ms\s+([\d.]+)$")
+    assert set(t) == {"projections + attention, fwd+bwd", "projections, one token"}, text
+    for separate_ms, fused_ms, ratio in t.values():  # "not 10% faster", in both cases
+        assert ratio > 0.9 and fused_ms > 0.9 * separate_ms
+
+
+def test_attention_sweep_as_the_performance_chapter_says():
+    text = stored_output(PERF, "sweep = tlm.attention_sweep(seq_lens, device=device)")
+    ms = {}
+    for line in text.splitlines():
+        m = re.match(r"^T=\s*(\d+) (eager|sdpa)\s+([\d.]+) ms", line)
+        if m:
+            ms[int(m.group(1)), m.group(2)] = float(m.group(3))
+    lengths = sorted({T for T, _ in ms})
+    assert lengths == [128, 256, 512, 1024, 2048], text
+    assert all(ms[T, "sdpa"] < ms[T, "eager"] for T in lengths)  # faster at every length
+    for impl in ("eager", "sdpa"):  # more than twice the time for twice the length
+        assert ms[2048, impl] > 2 * ms[1024, impl]
+        assert all(ms[a, impl] < ms[b, impl] for a, b in zip(lengths, lengths[1:]))
+
+
+def test_grouped_query_decoding_as_the_architectures_chapter_says():
+    text = stored_output("17_architectures.ipynb", "times = tlm.time_alternating(decode")
+    t = numbers(text, r"^g = (\d+):\s+([\d.]+) ms per decoding step.*?([\d.]+)x the speed")
+    assert set(t) == {"8", "2", "1"}, text
+    assert 1 < t["2"][1] < 4 and 1 < t["1"][1] < 8  # faster, by less than the bytes saved
+
+
+# The README quotes stored outputs verbatim, as fenced blocks that tools/quote_outputs.py
+# refreshes from the chapters (`make execute` runs it after re-executing them).
+sys.path.insert(0, str(ROOT / "tools"))
+import quote_outputs  # noqa: E402
+
+
+def test_the_readme_quotes_the_stored_outputs_verbatim():
+    readme = (ROOT / "README.md").read_text()
+    quotes = quote_outputs.QUOTE.findall(readme)
+    assert len(quotes) >= 5, "the README's benchmark section quotes the chapters"
+    assert quote_outputs.refresh(readme) == readme, \
+        "README quotes differ from the stored outputs: run python tools/quote_outputs.py"
+
+
+def test_the_quote_check_notices_a_changed_number():
+    readme = (ROOT / "README.md").read_text()
+    quote = next(quote_outputs.QUOTE.finditer(readme))
+    digit = re.search(r"\d", quote[4]).start() + quote.start(4)
+    changed = readme[:digit] + str((int(readme[digit]) + 1) % 10) + readme[digit + 1:]
+    assert quote_outputs.refresh(changed) != changed
