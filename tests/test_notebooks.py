@@ -273,3 +273,28 @@ def test_the_device_check_finds_draws_on_the_device():
     assert not _device_problems("x = torch.randn(3).to(device)")
     assert not _device_problems("def f(device=None):\n    return Linear(2, 2, device=device)")
     assert not _device_problems("m = tlm.TransformerLM(**config, device='meta')")
+
+
+# float64 exists on the CPU and on CUDA, not on Apple's MPS: finite differences (gradcheck)
+# and float64 references run on the CPU whatever the device, so no line makes a float64 tensor
+# and sends it to the device.
+FLOAT64 = re.compile(r"float64|\.double\(\)")
+TO_DEVICE = re.compile(r"\.to\(device|device=device")
+
+
+def _float64_on_device(source: str) -> list[str]:
+    return [line.strip() for line in source.splitlines()
+            if FLOAT64.search(line) and TO_DEVICE.search(line)]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_float64_stays_on_the_cpu(path):
+    found = {i: lines for i, c in enumerate(_cells(path)) if c.cell_type == "code"
+             and (lines := _float64_on_device(c.source))}
+    assert not found, f"{path.name}: float64 sent to the device in cells {found}"
+
+
+def test_the_float64_check_finds_it():
+    assert _float64_on_device("x64 = torch.randn(3, dtype=torch.float64).to(device)")
+    assert _float64_on_device("w = m.weight.double().to(device)")
+    assert not _float64_on_device("x64 = x.cpu().double()")
