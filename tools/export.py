@@ -83,9 +83,24 @@ def export_notebook(path: Path) -> tuple[str, str, list[str]] | None:
     return module, text, names
 
 
+LAZY = """
+
+# Modules that are also command lines (`python -m tlm.NAME`) load on first use: imported
+# here, runpy would find them in sys.modules before running them as __main__.
+_LAZY = {lazy!r}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module(f".{{_LAZY[name]}}", __name__), name)
+    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
+"""
+
+
 def build() -> dict[str, str]:
     """All generated files of the package, keyed by file name."""
-    files, init_lines, seen = {}, [], {}
+    files, init_lines, seen, lazy = {}, [], {}, {}
     for path in sorted(CHAPTERS.glob("*.ipynb")):
         result = export_notebook(path)
         if result is None:
@@ -95,10 +110,12 @@ def build() -> dict[str, str]:
             raise ExportError(f"chapters/{path.name}: module {module!r} is already exported by {seen[module]}")
         seen[module] = f"chapters/{path.name}"
         files[f"{module}.py"] = text
-        if names:
+        if 'if __name__ == "__main__"' in text:
+            lazy.update({name: module for name in names})
+        elif names:
             init_lines.append(f"from .{module} import {', '.join(names)}")
     init = BANNER.format(src="every chapter's default_exp") + '"""tlm: a pre-norm Transformer LM built cell by cell."""\n\n'
-    files["__init__.py"] = init + "\n".join(init_lines) + "\n"
+    files["__init__.py"] = init + "\n".join(init_lines) + "\n" + (LAZY.format(lazy=lazy) if lazy else "")
     return files
 
 

