@@ -151,3 +151,109 @@ def test_cross_entropy_of_16_bit_logits_is_float32():
     assert abs(ours.item() - ref.item()) < 1e-5
     with torch.autocast("cpu", dtype=torch.bfloat16):
         assert tlm.cross_entropy(logits, targets).dtype == torch.float32
+
+
+# ---- AdamW, the schedule and clipping, against PyTorch's and by hand ----
+
+def _twin_models():
+    torch.manual_seed(0)
+    a = tlm.TransformerLM(vocab_size=40, context_length=8, d_model=32, num_layers=2,
+                          num_heads=4, d_ff=64, rope_theta=1e4)
+    b = tlm.TransformerLM(**a.config)
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=1e-3), dict(lr=3e-3, betas=(0.9, 0.95), weight_decay=0.1),
+                                    dict(lr=1e-2, eps=1e-6, weight_decay=0.0)])
+def test_adamw_equals_torch_adamw_over_many_steps(kwargs):
+    a, b = _twin_models()
+    opt_a = tlm.AdamW(a.parameters(), **kwargs)
+    opt_b = torch.optim.AdamW(b.parameters(), **kwargs, foreach=False)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(100):
+        ids = torch.randint(0, 40, (4, 9), generator=gen)
+        for model, opt in ((a, opt_a), (b, opt_b)):
+            opt.zero_grad()
+            tlm.cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+            opt.step()
+    for p, q in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_adamw_state_resumes_exactly(tmp_path):
+    a, b = _twin_models()
+    opt_a, opt_b = tlm.AdamW(a.parameters(), lr=1e-2), tlm.AdamW(b.parameters(), lr=1e-2)
+    ids = torch.randint(0, 40, (4, 9))
+
+    def step(model, opt):
+        opt.zero_grad()
+        tlm.cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+        opt.step()
+    for _ in range(3):
+        step(a, opt_a), step(b, opt_b)
+    tlm.save_checkpoint(b, opt_b, 3, tmp_path / "c.pt")
+    c = tlm.TransformerLM(**a.config)
+    opt_c = tlm.AdamW(c.parameters(), lr=1e-2)
+    assert tlm.load_checkpoint(tmp_path / "c.pt", c, opt_c) == 3
+    for _ in range(3):
+        step(a, opt_a), step(c, opt_c)
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), c.parameters()))
+
+
+def test_adamw_first_step_is_lr_against_the_gradient_sign():
+    w = torch.zeros(5, requires_grad=True)
+    w.grad = torch.tensor([1e-4, -3.0, 50.0, -1e3, 2.0])
+    tlm.AdamW([w], lr=0.1, weight_decay=0.0).step()
+    torch.testing.assert_close(w.detach(), -0.1 * torch.sign(w.grad), rtol=1e-3, atol=0)
+    w = torch.ones(3, requires_grad=True)
+    w.grad = torch.zeros(3)
+    tlm.AdamW([w], lr=0.1, weight_decay=0.5).step()  # decay only: 1 - lr * lambda
+    torch.testing.assert_close(w.detach(), torch.full((3,), 0.95))
+
+
+def test_adamw_bad_arguments():
+    w = [torch.zeros(2, requires_grad=True)]
+    for kwargs, name in ((dict(lr=-1), "lr"), (dict(eps=float("nan")), "eps"),
+                         (dict(weight_decay="0.1"), "weight_decay"), (dict(betas=(0.9, 1.0)), "betas"),
+                         (dict(betas=0.9), "betas")):
+        with pytest.raises(ValueError, match=name):
+            tlm.AdamW(w, **kwargs)
+
+
+def test_cosine_schedule_by_hand():
+    lr = lambda t: tlm.get_lr_cosine_schedule(t, 1.0, 0.1, 7, 21)  # noqa: E731
+    assert [lr(t) for t in (0, 1, 7)] == [0.0, 1 / 7, 1.0]
+    assert lr(14) == pytest.approx(0.1 + 0.5 * 0.9)  # half-way through the cosine
+    assert lr(21) == pytest.approx(0.1) and lr(22) == 0.1 and lr(1000) == 0.1
+    values = [lr(t) for t in range(7, 22)]
+    assert all(x > y for x, y in zip(values, values[1:]))  # decreasing on the cosine part
+    assert tlm.get_lr_cosine_schedule(5, 1.0, 0.0, 0, 0) == 0.0
+    with pytest.raises(ValueError, match="warmup_iters <= cosine_cycle_iters"):
+        tlm.get_lr_cosine_schedule(0, 1.0, 0.1, 10, 5)
+
+
+def test_gradient_clipping_equals_clip_grad_norm():
+    a, b = _twin_models()
+    ids = torch.randint(0, 40, (4, 9))
+    for model in (a, b):
+        (100 * tlm.cross_entropy(model(ids[:, :-1]), ids[:, 1:])).backward()
+    a.lm_head.weight.grad = None  # a parameter without a gradient is skipped
+    b.lm_head.weight.grad = None
+    before = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a.parameters()
+                                                   if p.grad is not None]))
+    assert before > 1.0
+    tlm.gradient_clipping(a.parameters(), 1.0)
+    torch.nn.utils.clip_grad_norm_(b.parameters(), 1.0)
+    for p, q in zip(a.parameters(), b.parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(p.grad, q.grad, rtol=1e-6, atol=1e-7)
+    after = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in a.parameters()
+                                                  if p.grad is not None]))
+    assert after == pytest.approx(1.0, rel=1e-5)
+    small = [g.clone() for g in (p.grad for p in a.parameters()) if g is not None]
+    tlm.gradient_clipping(a.parameters(), 10.0)  # below the maximum: unchanged
+    assert all(torch.equal(g, p.grad) for g, p in zip(small, [p for p in a.parameters()
+                                                              if p.grad is not None]))
+    with pytest.raises(ValueError, match="max_l2_norm must be a number > 0"):
+        tlm.gradient_clipping(a.parameters(), 0)
