@@ -83,3 +83,23 @@ def test_check_int():
         _check_int("warmup", False, minimum=0)
     with pytest.raises(ValueError, match="warmup must be an int >= 0, got -1"):
         _check_int("warmup", -1, minimum=0)
+
+
+def test_replace_atomically_keeps_the_old_file_after_a_failure(tmp_path):
+    import os
+
+    from tlm.utils import _replace_atomically
+    target = tmp_path / "f.bin"
+    with _replace_atomically(target) as f:
+        f.write(b"old")
+    with pytest.raises(RuntimeError, match="half-way"):
+        with _replace_atomically(target) as f:
+            f.write(b"new and longer")
+            raise RuntimeError("half-way")
+    assert target.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+    with _replace_atomically(target, "w") as f:
+        f.write("text, é")
+    assert target.read_text(encoding="utf-8") == "text, é"
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask

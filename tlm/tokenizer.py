@@ -9,7 +9,6 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
@@ -17,6 +16,8 @@ from multiprocessing import Pool
 from pathlib import Path
 
 import regex
+
+from tlm.utils import _replace_atomically
 
 # GPT-2's pre-tokenizer: contractions, letters, numbers, other symbols, each with at
 # most one leading space; then runs of whitespace (a run's last space goes to the next
@@ -127,28 +128,34 @@ def chunk_boundaries(path, n_chunks: int, split_token: bytes) -> list[int]:
     return bounds + [size]
 
 
+def _over_chunks(path, special_tokens: list[str], num_processes, worker, extra=(),
+                 initializer=None, initargs=(), desc="", progress=False) -> Iterator:
+    """worker((path, start, end, *extra)) for each chunk of a file cut at the first
+    special token, in file order; in worker processes when there are several of both."""
+    n = num_processes if num_processes is not None else (os.cpu_count() or 1)
+    split = special_tokens[0].encode("utf-8") if special_tokens else b""
+    bounds = chunk_boundaries(path, max(1, 4 * n), split)
+    jobs = [(str(path), s, e, *extra) for s, e in zip(bounds, bounds[1:]) if e > s]
+    with _progress(len(jobs), desc, progress) as bar:
+        if n <= 1 or len(jobs) <= 1:
+            if initializer is not None:
+                initializer(*initargs)
+            for job in jobs:
+                yield worker(job)
+                bar.update()
+            return
+        with Pool(min(n, len(jobs)), initializer, initargs) as pool:
+            for part in pool.imap(worker, jobs):
+                yield part
+                bar.update()
+
+
 def _count_file(path: Path, specials: list[str], num_processes, progress) -> Counter:
     """Pre-token counts of a file, in parallel over chunks cut at a special token."""
-    n = num_processes if num_processes is not None else (os.cpu_count() or 1)
-    split = specials[0].encode("utf-8") if specials else b""
-    bounds = chunk_boundaries(path, max(1, 4 * n), split)
-    jobs = [(str(path), s, e, specials) for s, e in zip(bounds, bounds[1:]) if e > s]
     counts = Counter()
-    bar = _progress(len(jobs), "pre-tokenizing", progress)
-    if n <= 1 or len(jobs) == 1:
-        results = map(_read_chunk, jobs)
-    else:
-        pool = Pool(min(n, len(jobs)))
-        results = pool.imap_unordered(_read_chunk, jobs)
-    try:
-        for part in results:
-            counts.update(part)
-            bar.update()
-    finally:
-        bar.close()
-        if not (n <= 1 or len(jobs) == 1):
-            pool.close()
-            pool.join()
+    for part in _over_chunks(path, specials, num_processes, _read_chunk, (specials,),
+                             desc="pre-tokenizing", progress=progress):
+        counts.update(part)
     return counts
 
 
@@ -502,27 +509,16 @@ def read_merges(path) -> list[tuple[bytes, bytes]]:
     return merges
 
 
-def _write_atomically(path, text: str) -> None:
-    """Write text to a temporary file beside `path`, then rename it over `path`."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_vocab(vocab: dict[int, bytes], path) -> None:
     table = {_to_text(b): i for i, b in sorted(vocab.items())}
-    _write_atomically(path, json.dumps(table, ensure_ascii=False, indent=0))
+    with _replace_atomically(path, "w") as f:
+        f.write(json.dumps(table, ensure_ascii=False, indent=0))
 
 
 def write_merges(merges: list[tuple[bytes, bytes]], path) -> None:
     lines = ["#version: 0.2"] + [f"{_to_text(a)} {_to_text(b)}" for a, b in merges]
-    _write_atomically(path, "\n".join(lines) + "\n")
+    with _replace_atomically(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
 
 
 # ---- GPT-2's tokenizer, from the ranks file that ships with Whisper's sources ----
@@ -574,8 +570,12 @@ def gpt2_tokenizer() -> "Tokenizer":
 # ---- command line: python -m tlm.tokenizer train|encode ----
 
 def _encode_chunk(args) -> bytes:
-    """Ids of bytes [start, end) of a file as uint16 bytes (a worker of encode_file)."""
-    return array("H", _WORKER_TOKENIZER.encode(_read_text(*args))).tobytes()
+    """Ids of bytes [start, end) of a file as little-endian uint16 bytes (a worker of
+    encode_file)."""
+    ids = array("H", _WORKER_TOKENIZER.encode(_read_text(*args)))
+    if sys.byteorder == "big":
+        ids.byteswap()
+    return ids.tobytes()
 
 
 _WORKER_TOKENIZER = None
@@ -591,59 +591,37 @@ def encode_file(tokenizer: Tokenizer, input_path, output_path,
     """Encode a UTF-8 text file into a uint16 .npy array (np.load(..., mmap_mode="r")
     reads it without loading it), in parallel over chunks cut at the first special
     token. The file appears only when complete. Returns the number of tokens."""
-    import numpy as np
     if max(tokenizer.vocab) >= 2**16:
         raise ValueError(f"ids up to {max(tokenizer.vocab)} do not fit uint16 "
                          "(vocabularies below 65,536 only)")
     src, out = Path(input_path), Path(output_path)
     if not src.is_file():
         raise ValueError(f"input_path {str(src)!r} is not a file")
-    n = num_processes if num_processes is not None else (os.cpu_count() or 1)
-    specials = tokenizer.special_tokens
-    split = specials[0].encode("utf-8") if specials else b""
-    bounds = chunk_boundaries(src, max(1, 4 * n), split)
-    jobs = [(str(src), s, e) for s, e in zip(bounds, bounds[1:]) if e > s]
     args = (tokenizer.vocab, tokenizer.merges, tokenizer.special_tokens)
-    fd, raw = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
     count = 0
-    try:
-        with os.fdopen(fd, "wb") as f:
-            bar = _progress(len(jobs), "encoding", progress)
-            if n <= 1 or len(jobs) <= 1:
-                _init_worker(*args)
-                results = map(_encode_chunk, jobs)
-            else:
-                pool = Pool(min(n, len(jobs)), initializer=_init_worker, initargs=args)
-                results = pool.imap(_encode_chunk, jobs)  # in order
-            for part in results:
-                f.write(part)
-                count += len(part) // 2
-                bar.update()
-            bar.close()
-            if not (n <= 1 or len(jobs) <= 1):
-                pool.close()
-                pool.join()
-        _raw_to_npy(raw, count, out)
-    finally:
-        Path(raw).unlink(missing_ok=True)
+    with _replace_atomically(out) as f:
+        f.write(_npy_header(0))  # the length is known at the end
+        for part in _over_chunks(src, tokenizer.special_tokens, num_processes,
+                                 _encode_chunk, initializer=_init_worker, initargs=args,
+                                 desc="encoding", progress=progress):
+            f.write(part)
+            count += len(part) // 2
+        f.seek(0)
+        f.write(_npy_header(count))
     return count
 
 
-def _raw_to_npy(raw: str, count: int, out: Path) -> None:
-    """Prefix raw uint16 bytes with an .npy header; rename into place when complete."""
+def _npy_header(count: int) -> bytes:
+    """The .npy header of a 1-D little-endian uint16 array of `count` ids; the same
+    length (128 bytes) for any count below 10**40, so it can be written over."""
+    import io
+
     import numpy as np
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f, open(raw, "rb") as src:
-            header = {"descr": np.lib.format.dtype_to_descr(np.dtype("<u2")),
-                      "fortran_order": False, "shape": (count,)}
-            np.lib.format.write_array_header_1_0(f, header)
-            while block := src.read(1 << 24):
-                f.write(block)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(
+        header, {"descr": "<u2", "fortran_order": False, "shape": (count,)})
+    assert header.tell() == 128, header.tell()
+    return header.getvalue()
 
 
 def _main(argv: list[str] | None = None) -> int:

@@ -5,7 +5,6 @@ __all__ = ['cross_entropy', 'AdamW', 'get_lr_cosine_schedule', 'gradient_clippin
 import math
 import os
 import pickle
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -14,7 +13,7 @@ from jaxtyping import Float, Int
 from torch import Tensor
 
 from tlm.model import TransformerLM, strip_compile_prefix
-from tlm.utils import _check_float_tensor, _check_index_tensor
+from tlm.utils import _check_float_tensor, _check_index_tensor, _replace_atomically
 
 
 def cross_entropy(logits: Float[Tensor, "... vocab_size"],
@@ -259,20 +258,8 @@ def save_checkpoint(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
     if not isinstance(out, (str, os.PathLike)):
         torch.save(state, out)
         return
-    out = Path(out)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # as a new file would get, not mkstemp's 0o600
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with _replace_atomically(out) as f:
+        torch.save(state, f)
 
 
 def load_checkpoint(src, model: torch.nn.Module,

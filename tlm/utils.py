@@ -2,10 +2,13 @@
 
 __all__ = ['get_device', 'saved_tensor_bytes', 'time_alternating', 'draw_diagram']
 
+import contextlib
 import math
 import os
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -162,6 +165,26 @@ def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10,
             sync()
             times[name].append(time.perf_counter() - start)
     return times
+
+
+@contextlib.contextmanager
+def _replace_atomically(path, mode: str = "wb"):
+    """A file open for writing that replaces `path` in one step when the block ends
+    without an error; after an error it is deleted and `path` is untouched."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # as a new file would get, not mkstemp's 0o600
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def draw_diagram(ax, boxes: dict[str, tuple], arrows: list[tuple],
