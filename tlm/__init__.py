@@ -21,7 +21,7 @@ from .utils import get_device, saved_tensor_bytes, time_alternating, draw_diagra
 
 # Modules that are also command lines (`python -m tlm.NAME`) load on first use: imported
 # here, runpy would find them in sys.modules before running them as __main__.
-_LAZY = {'split_on_special_tokens': 'tokenizer', 'chunk_boundaries': 'tokenizer', 'train_bpe': 'tokenizer', 'package_data_path': 'tokenizer', 'Tokenizer': 'tokenizer', 'read_vocab': 'tokenizer', 'read_merges': 'tokenizer', 'write_vocab': 'tokenizer', 'write_merges': 'tokenizer', 'load_tiktoken_ranks': 'tokenizer', 'merges_from_ranks': 'tokenizer', 'gpt2_tokenizer': 'tokenizer', 'encode_file': 'tokenizer'}
+_LAZY = {'split_on_special_tokens': 'tokenizer', 'chunk_boundaries': 'tokenizer', 'train_bpe': 'tokenizer', 'package_data_path': 'tokenizer', 'Tokenizer': 'tokenizer', 'read_vocab': 'tokenizer', 'read_merges': 'tokenizer', 'write_vocab': 'tokenizer', 'write_merges': 'tokenizer', 'load_tiktoken_ranks': 'tokenizer', 'merges_from_ranks': 'tokenizer', 'gpt2_tokenizer': 'tokenizer', 'encode_file': 'tokenizer', 'play_text': 'train', 'shakespeare_splits': 'train', 'write_shakespeare': 'train', 'get_batch': 'train', 'token_bytes': 'train', 'evaluate': 'train', 'ablate': 'train', 'build_model': 'train', 'load_tokens': 'train', 'train_model': 'train', 'plot_log': 'train', 'load_run': 'train'}
 
 
 def __getattr__(name: str):

@@ -1,0 +1,319 @@
+"""tlm.train: the corpus, get_batch, evaluation and the `python -m tlm.train` command line.
+
+The runs here use a byte-level vocabulary and a 2-layer model of width 32, so that the
+resume and kill tests take seconds.
+"""
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import tlm
+from tlm.tokenizer import write_merges, write_vocab
+from tlm.train import (HELD_OUT, _main, evaluate, get_batch, play_text,
+                       shakespeare_splits, token_bytes, train_model)
+
+ROOT = Path(__file__).resolve().parent.parent
+TINY = ["--context-length", "16", "--d-model", "32", "--num-layers", "2",
+        "--num-heads", "2", "--d-ff", "64", "--batch-size", "4", "--warmup-steps", "2",
+        "--eval-windows", "4", "--log-every", "1", "--quiet"]
+
+
+def byte_vocab() -> dict[int, bytes]:
+    return {**{i: bytes([i]) for i in range(256)}, 256: b"<|endoftext|>"}
+
+
+@pytest.fixture
+def data_dir(tmp_path) -> Path:
+    """A tokenizer directory and token files: text of a repeated sentence, as bytes."""
+    d = tmp_path / "data"
+    d.mkdir()
+    write_vocab(byte_vocab(), d / "vocab.json")
+    text = b"the cat sat on the mat. " * 400
+    ids = np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
+    np.save(d / "train.npy", ids[:8000])
+    np.save(d / "valid.npy", ids[8000:])
+    return d
+
+
+def run_cli(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tlm.train", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+def weights(path) -> dict:
+    return torch.load(path, weights_only=True)["model"]
+
+
+# --- the corpus ---------------------------------------------------------------------
+
+def test_play_text_removes_the_markup():
+    md = ("# Macbeth\n\n## ACT I\n\n_Thunder. Enter three Witches_\n\n"
+          "**First Witch**  \nWhen shall we three meet again  \nIn rain?\n\n"
+          "__\\[Awaking]_  \nO\\--no!\n")
+    assert play_text(md) == ("Macbeth\n\nACT I\n\nThunder. Enter three Witches\n\n"
+                             "First Witch:\nWhen shall we three meet again\nIn rain?\n\n"
+                             "[Awaking]\nO--no!\n")
+
+
+def test_whole_plays_are_held_out():
+    splits = shakespeare_splits()
+    assert (len(splits["train"]), len(splits["valid"])) == (34, len(HELD_OUT))
+    titles = {play.splitlines()[0] for play in splits["valid"]}
+    assert titles == {"Hamlet", "Henry V", "The Tempest", "Twelfth Night"}
+    assert not titles & {play.splitlines()[0] for play in splits["train"]}
+    for text in splits["train"] + splits["valid"]:
+        assert "**" not in text and "  \n" not in text and "\n#" not in text
+    with pytest.raises(ValueError, match="unknown names \\['hamlet2'\\]"):
+        shakespeare_splits(("hamlet2",))
+
+
+# --- get_batch ------------------------------------------------------------------------
+
+class CountingArray:
+    """A 1-D array that counts the elements read through slicing."""
+
+    def __init__(self, n):
+        self.data, self.ndim, self.read = np.arange(n, dtype=np.uint16), 1, 0
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        out = self.data[index]
+        self.read += out.size
+        return out
+
+
+def test_get_batch_returns_shifted_windows_and_reads_only_them():
+    data = CountingArray(10_000)
+    x, y = get_batch(data, 8, 32, "cpu", torch.Generator().manual_seed(0))
+    assert x.shape == y.shape == (8, 32) and x.dtype == y.dtype == torch.int64
+    assert data.read == 8 * 33
+    assert torch.equal(x[:, 1:], y[:, :-1])
+    assert torch.equal(x, x[:, :1] + torch.arange(32))  # contiguous windows of arange
+    assert torch.equal(y[:, -1], x[:, -1] + 1)
+
+
+def test_get_batch_draws_every_start_uniformly():
+    n, T = 12, 4  # starts 0 .. 7: the last window ends on the last token
+    x, _ = get_batch(np.arange(n), 80_000, T, "cpu", torch.Generator().manual_seed(1))
+    counts = np.bincount(x[:, 0].numpy(), minlength=n)
+    assert counts[n - T:].sum() == 0
+    assert np.allclose(counts[:n - T] / 10_000, 1, atol=0.05)
+
+
+def test_get_batch_is_reproducible_with_a_generator_and_reads_memmaps(tmp_path):
+    np.save(tmp_path / "ids.npy", np.arange(5000, dtype=np.uint16))
+    data = np.load(tmp_path / "ids.npy", mmap_mode="r")
+    a = get_batch(data, 4, 8, "cpu", torch.Generator().manual_seed(3))
+    b = get_batch(data, 4, 8, "cpu", torch.Generator().manual_seed(3))
+    assert all(torch.equal(p, q) for p, q in zip(a, b))
+
+
+@pytest.mark.parametrize("args, error, match", [
+    ((np.arange(10), 2, 10), ValueError, "has 10 tokens; context_length=10 needs at least 11"),
+    ((np.zeros((4, 4)), 2, 2), TypeError, "1-D array of token ids"),
+    ((np.arange(10), 0, 2), ValueError, "batch_size"),
+    ((np.arange(10), 2, 2.5), TypeError, "context_length"),
+])
+def test_get_batch_rejects_bad_input(args, error, match):
+    with pytest.raises(error, match=match):
+        get_batch(*args, "cpu")
+
+
+# --- evaluation -----------------------------------------------------------------------
+
+def test_evaluate_against_cross_entropy_by_hand():
+    torch.manual_seed(0)
+    model = tlm.TransformerLM(257, 8, 16, 1, 2, 32, 10000.0)
+    vocab = {**byte_vocab(), 256: b"<|endoftext|>"}
+    data = np.random.default_rng(0).integers(0, 257, size=50).astype(np.uint16)
+    got = evaluate(model, data, token_bytes(vocab), batch_size=2)
+    windows = torch.tensor(data[:48].astype(np.int64)).reshape(6, 8)  # (50 - 1) // 8
+    targets = torch.tensor(data[1:49].astype(np.int64)).reshape(6, 8)
+    with torch.no_grad():
+        logits = model(windows).double()
+    nats = F.cross_entropy(logits.reshape(-1, 257), targets.reshape(-1), reduction="sum")
+    nbytes = sum(13 if t == 256 else 1 for t in targets.reshape(-1).tolist())
+    assert got["loss"] == pytest.approx(nats.item() / 48, rel=1e-6)
+    assert got["perplexity"] == pytest.approx(math.exp(nats.item() / 48), rel=1e-5)
+    assert got["bits_per_byte"] == pytest.approx(nats.item() / math.log(2) / nbytes,
+                                                 rel=1e-6)
+
+
+# --- the command line -----------------------------------------------------------------
+
+def test_help_lists_every_option():
+    out = run_cli("--help").stdout
+    from tlm.train import MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS
+    for name in {**MODEL_OPTIONS, **OPTIMIZER_OPTIONS, **RUN_OPTIONS}:
+        assert "--" + name.replace("_", "-") in out
+
+
+def test_split_run_equals_uninterrupted_run_bit_for_bit(data_dir, tmp_path):
+    common = [*TINY, "--data-dir", data_dir, "--steps", 20, "--checkpoint-every", 5,
+              "--eval-every", 5]
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "a"]))) == 0
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "b",
+                                "--stop-at", 10]))) == 0
+    assert torch.load(tmp_path / "b/checkpoint.pt", weights_only=True)["iteration"] == 10
+    # --resume takes the model and optimizer settings from the checkpoint
+    assert _main(list(map(str, ["--out-dir", tmp_path / "b", "--data-dir", data_dir,
+                                "--resume", "--quiet"]))) == 0
+    a, b = weights(tmp_path / "a/checkpoint.pt"), weights(tmp_path / "b/checkpoint.pt")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    steps = [r["step"] for r in map(json.loads, open(tmp_path / "b/log.jsonl"))
+             if "loss" in r]
+    assert steps == list(range(1, 21))  # one record per step, none twice
+    assert (tmp_path / "b/loss.png").stat().st_size > 1000
+
+
+def test_a_killed_run_resumes_from_its_last_checkpoint(data_dir, tmp_path):
+    args = [*TINY, "--data-dir", data_dir, "--steps", 400, "--checkpoint-every", 7,
+            "--eval-every", 1000]
+    proc = subprocess.Popen([sys.executable, "-m", "tlm.train", *map(str, args),
+                             "--out-dir", tmp_path / "k"], cwd=ROOT)
+    log, deadline = tmp_path / "k/log.jsonl", time.monotonic() + 120
+    while time.monotonic() < deadline:
+        done = [json.loads(x)["step"] for x in (log.read_text().splitlines()
+                                                 if log.exists() else [])]
+        if done and max(done) >= 30:
+            break
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    state = torch.load(tmp_path / "k/checkpoint.pt", weights_only=True)
+    assert state["iteration"] % 7 == 0 and state["iteration"] >= 28
+    assert _main(list(map(str, [*args, "--out-dir", tmp_path / "k", "--resume",
+                                "--stop-at", 70]))) == 0
+    assert _main(list(map(str, [*args, "--out-dir", tmp_path / "u", "--stop-at", 70]))) == 0
+    a, b = weights(tmp_path / "k/checkpoint.pt"), weights(tmp_path / "u/checkpoint.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_ids_beyond_the_vocabulary_are_refused(data_dir, tmp_path, capsys):
+    np.save(data_dir / "valid.npy", np.array([1, 2, 300, 4] * 10, dtype=np.uint16))
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path])))
+    err = capsys.readouterr().err
+    assert code == 2 and "valid.npy holds token ids up to 300" in err
+    assert "vocab_size is 257" in err
+
+
+def test_a_context_longer_than_the_data_is_refused(data_dir, tmp_path, capsys):
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path,
+                                "--context-length", 2000])))
+    assert code == 2
+    assert "valid.npy has 1,600 tokens, too few for context_length=2000" in \
+        capsys.readouterr().err
+
+
+def test_resume_refuses_another_architecture_and_a_missing_checkpoint(data_dir, tmp_path,
+                                                                      capsys):
+    common = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path, "--steps", 4]
+    assert _main(list(map(str, [*common, "--resume"]))) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
+    assert _main(list(map(str, common))) == 0
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    assert _main(list(map(str, [*common, "--resume", "--d-model", 64]))) == 2
+    assert "d_model=32 there, 64 here" in capsys.readouterr().err
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+def test_a_diverging_run_stops_and_keeps_its_last_good_checkpoint(data_dir, tmp_path,
+                                                                  capsys):
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path,
+                                "--steps", 50, "--lr", 1e30, "--grad-clip", 0,
+                                "--warmup-steps", 0, "--checkpoint-every", 1])))
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "training stopped" in err or "not finite" in err
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert all(torch.isfinite(w).all() for w in state["model"].values())
+    assert 1 <= state["iteration"] < 50
+
+
+def test_train_model_checks_the_data_files_exist(tmp_path):
+    config = {**tlm.train.MODEL_OPTIONS, **tlm.train.OPTIMIZER_OPTIONS,
+              **tlm.train.RUN_OPTIONS, "data_dir": tmp_path, "out_dir": tmp_path / "o"}
+    with pytest.raises(FileNotFoundError):
+        train_model(config, progress=False)
+
+
+# --- python -m tlm.generate -----------------------------------------------------------
+
+def run_generate(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tlm.generate", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
+
+
+@pytest.fixture
+def run_dir(data_dir, tmp_path) -> Path:
+    write_merges([], data_dir / "merges.txt")  # a byte-level tokenizer: no merges
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
+                                tmp_path / "run", "--steps", 30]))) == 0
+    return tmp_path / "run"
+
+
+def test_generate_samples_reproducibly_and_the_cache_changes_nothing(run_dir):
+    ckpt = run_dir / "checkpoint.pt"
+    a = run_generate(ckpt, "--prompt", "the ", "--seed", 5, "--max-new-tokens", 12)
+    b = run_generate(ckpt, "--prompt", "the ", "--seed", 5, "--max-new-tokens", 12)
+    assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("the ")
+    greedy = [ckpt, "--temperature", 0, "--max-new-tokens", 10, "--prompt", "the cat"]
+    cached, uncached = run_generate(*greedy), run_generate(*greedy, "--no-cache")
+    assert cached.returncode == 0 and cached.stdout == uncached.stdout
+    model, tokenizer = tlm.train.load_run(ckpt)
+    ids = torch.tensor(tokenizer.encode("the cat"))
+    expected = tlm.generate(model, ids, 10, temperature=0, eos_id=256)
+    text = tokenizer.decode([t for t in expected.tolist() if t != 256])
+    assert cached.stdout == text + "\n"
+    two = run_generate(ckpt, "--num-samples", 2, "--max-new-tokens", 5)
+    assert two.returncode == 0 and two.stdout.count("\n---\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--top-p", 1.5], "top_p must be in (0, 1]"),
+    (["--prompt", "x" * 20], "more than context_length=16"),
+    (["--num-samples", 0], "--num-samples must be at least 1"),
+    (["--device", "nodevice"], "device:"),
+])
+def test_generate_refuses_bad_input(run_dir, args, message):
+    result = run_generate(run_dir / "checkpoint.pt", *args)
+    assert result.returncode == 2
+    assert result.stderr.startswith("error: ") and message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_generate_refuses_a_checkpoint_without_settings(tmp_path):
+    missing = run_generate(tmp_path / "none.pt")
+    assert missing.returncode == 2 and "No such file" in missing.stderr
+    torch.save({"model": {}}, tmp_path / "bare.pt")
+    bare = run_generate(tmp_path / "bare.pt")
+    assert bare.returncode == 2 and "not a checkpoint of python -m tlm.train" in bare.stderr
+
+
+def test_the_generate_module_defines_no_public_names():
+    """Importing a submodule named tlm.generate would replace the function tlm.generate."""
+    text = (ROOT / "tlm" / "generate.py").read_text()
+    assert "__all__ = []" in text
+    assert callable(tlm.generate) and tlm.generate.__module__ == "tlm.generation"
+
+
+def test_resume_refuses_a_checkpoint_without_settings(data_dir, tmp_path, capsys):
+    model = tlm.TransformerLM(257, 16, 32, 2, 2, 64, 10000.0)
+    tlm.save_checkpoint(model, tlm.AdamW(model.parameters()), 3, tmp_path / "checkpoint.pt")
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path,
+                                "--resume"])))
+    assert code == 2
+    assert "is not a checkpoint of python -m tlm.train" in capsys.readouterr().err
