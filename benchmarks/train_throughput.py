@@ -17,7 +17,7 @@ import tlm
 from tlm.train import MODEL_OPTIONS, OPTIMIZER_OPTIONS, build_model, get_batch
 
 
-def step_fn(model, optimizer, forward, clip, x, y):
+def step_fn(optimizer, forward, clip, x, y):
     def step():
         loss = tlm.cross_entropy(forward(x), y)
         optimizer.zero_grad(set_to_none=True)
@@ -43,8 +43,8 @@ def main() -> None:
                      torch.Generator().manual_seed(0))
     ours_opt, hf_opt = tlm.AdamW(ours.parameters(), **opt), torch.optim.AdamW(hf.parameters(), **opt)
     steps = {
-        "tlm": step_fn(ours, ours_opt, ours, lambda: tlm.gradient_clipping(ours.parameters(), 1.0), x, y),
-        "HF": step_fn(hf, hf_opt, lambda ids: hf(ids).logits, lambda: torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0), x, y),
+        "tlm": step_fn(ours_opt, ours, lambda: tlm.gradient_clipping(ours.parameters(), 1.0), x, y),
+        "HF": step_fn(hf_opt, lambda ids: hf(ids).logits, lambda: torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0), x, y),
     }
     times = tlm.time_alternating(steps, repeats=args.repeats, warmup=3, device=device)
     tokens = x.numel()
