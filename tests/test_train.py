@@ -76,6 +76,8 @@ def test_whole_plays_are_held_out():
         assert "**" not in text and "  \n" not in text and "\n#" not in text
     with pytest.raises(ValueError, match="unknown names \\['hamlet2'\\]"):
         shakespeare_splits(("hamlet2",))
+    with pytest.raises(ValueError, match="held_out must name at least one play"):
+        shakespeare_splits(())
 
 
 # --- get_batch ------------------------------------------------------------------------

