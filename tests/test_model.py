@@ -55,6 +55,19 @@ def test_lm_matches_reference_composition():
     torch.testing.assert_close(model(ids), ref, rtol=1e-5, atol=1e-5)
 
 
+def test_handout_model_matches_reference_composition():
+    """The handout's model (exported for the performance chapter) is the same function."""
+    model = tlm.HandoutTransformerLM(**REF)
+    randomize_gains(model)
+    ids = torch.randint(0, 10_000, (4, 12))
+    x = F.embedding(ids, model.token_embeddings.weight)
+    for layer in model.layers:
+        x = reference_block(layer, x)
+    ref = F.linear(F.rms_norm(x, (64,), model.ln_final.weight, eps=1e-5), model.lm_head.weight)
+    torch.testing.assert_close(model(ids), ref, rtol=1e-5, atol=1e-5)
+    assert list(model.state_dict()) == list(tlm.TransformerLM(**REF).state_dict())
+
+
 def test_state_dict_keys_exactly():
     model = tlm.TransformerLM(**REF)
     expected = {"token_embeddings.weight": (10_000, 64), "ln_final.weight": (64,), "lm_head.weight": (10_000, 64)}

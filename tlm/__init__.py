@@ -10,7 +10,7 @@ from .rope import RotaryPositionalEmbedding
 from .softmax import softmax
 from .attention import scaled_dot_product_attention, MultiHeadSelfAttention
 from .block import TransformerBlock
-from .model import TransformerLM, strip_compile_prefix
+from .model import HandoutTransformerLM, TransformerLM, strip_compile_prefix
 from .hf import qk_row_permutation, hf_config, to_hf, from_hf, to_hf_llama, from_hf_llama
 from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes, kv_cache_bytes
 from .training import cross_entropy, AdamW, get_lr_cosine_schedule, gradient_clipping, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
