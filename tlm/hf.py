@@ -9,7 +9,7 @@ from tlm.model import TransformerLM
 
 
 def qk_row_permutation(num_heads: int, d_k: int) -> Tensor:
-    """Row order taking adjacent-pair RoPE (tlm) to half-split RoPE (Llama)."""
+    """Row order taking adjacent-pair RoPE (tlm) to half-split RoPE (Hugging Face)."""
     within = torch.cat([torch.arange(0, d_k, 2), torch.arange(1, d_k, 2)])
     return torch.cat([h * d_k + within for h in range(num_heads)])
 
