@@ -45,3 +45,32 @@ def test_long_context_shifts_flops_to_attention():
     short, long = tlm.flops_breakdown(**c, context_length=1024), tlm.flops_breakdown(**c, context_length=16_384)
     share = lambda f: f["attention scores and weighted sum"] / sum(f.values())
     assert share(short) < 0.1 < 0.5 < share(long)
+
+
+@pytest.mark.parametrize("fn, kwargs, error, match", [
+    (tlm.count_params, dict(vocab_size=-5, d_model=64, num_layers=1, d_ff=4), ValueError, "vocab_size"),
+    (tlm.count_params, dict(vocab_size=100, d_model=2.5, num_layers=1, d_ff=4), TypeError, "d_model"),
+    (tlm.count_params, dict(vocab_size=100, d_model=64, num_layers=2, d_ff=128, num_heads=3),
+     ValueError, "divisible by num_heads=3"),
+    (tlm.count_params, dict(vocab_size=100, d_model=64, num_layers=2, d_ff=128, num_heads=4,
+                            num_kv_heads=3), ValueError, "num_kv_heads=3 must divide"),
+    (tlm.forward_flops, dict(vocab_size=10, context_length=-3, d_model=4, num_layers=1, d_ff=4),
+     ValueError, "context_length"),
+    (tlm.forward_flops, dict(vocab_size=10, context_length=8, d_model=4, num_layers=1, d_ff=4,
+                             batch_size=0), ValueError, "batch_size"),
+    (tlm.param_memory_bytes, dict(num_params=-3), ValueError, "num_params"),
+    (tlm.param_memory_bytes, dict(num_params=3, dtype="float32"), TypeError, "dtype"),
+])
+def test_bad_sizes_are_named(fn, kwargs, error, match):
+    with pytest.raises(error, match=match):
+        fn(**kwargs)
+
+
+def test_sizes_the_model_refuses_are_refused_by_the_accounting_too():
+    config = dict(vocab_size=100, context_length=16, d_model=64, num_layers=2, d_ff=128,
+                  num_heads=3, rope_theta=1e4)
+    with pytest.raises(ValueError, match="divisible"):
+        tlm.TransformerLM(**config)
+    with pytest.raises(ValueError, match="divisible"):
+        tlm.count_params(**config)
+    assert tlm.param_memory_bytes(0) == 0

@@ -103,3 +103,19 @@ def test_replace_atomically_keeps_the_old_file_after_a_failure(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+def test_saved_tensor_bytes_leaves_out_parameters_and_their_views():
+    import torch
+    import torch.nn.functional as F
+
+    from tlm import Linear, saved_tensor_bytes
+    x = torch.randn(3, 10, requires_grad=True)
+    w = torch.nn.Parameter(torch.randn(20, 10))
+    x_bytes = 3 * 10 * 4  # only the input: the weight exists anyway
+    assert saved_tensor_bytes(lambda: x @ w.T) == x_bytes
+    assert saved_tensor_bytes(lambda: F.linear(x, w)) == x_bytes
+    layer = Linear(10, 20)
+    assert saved_tensor_bytes(lambda: layer(x)) == x_bytes
+    plain = torch.randn(20, 10, requires_grad=True)  # not a parameter: counted
+    assert saved_tensor_bytes(lambda: x @ plain.T) == x_bytes + 20 * 10 * 4

@@ -4,7 +4,7 @@ __all__ = ['param_breakdown', 'count_params', 'flops_breakdown', 'forward_flops'
 
 import torch
 
-from tlm.utils import _check_positive_int
+from tlm.utils import _check_int, _check_positive_int
 
 
 PUBLISHED_CONFIGS = {  # from each model's config.json on the Hugging Face hub
@@ -26,12 +26,21 @@ def _attention_widths(d_model: int, num_heads: int | None = None,
                       num_kv_heads: int | None = None, head_dim: int | None = None
                       ) -> tuple[int, int, int]:
     """(h * d_k, g * d_k, d_k): widths of the query and of the key/value projections."""
+    _check_positive_int("d_model", d_model)
     if num_heads is None:
         if num_kv_heads is not None or head_dim is not None:
             raise TypeError("num_kv_heads and head_dim need num_heads")
         return d_model, d_model, d_model  # d_k cancels out without num_heads
+    _check_positive_int("num_heads", num_heads)
+    if head_dim is None and d_model % num_heads:
+        raise ValueError(f"d_model={d_model} must be divisible by "
+                         f"num_heads={num_heads} (or give head_dim)")
     head_dim = d_model // num_heads if head_dim is None else head_dim
     kv_heads = num_heads if num_kv_heads is None else num_kv_heads
+    _check_positive_int("head_dim", head_dim)
+    _check_positive_int("num_kv_heads", kv_heads)
+    if num_heads % kv_heads:
+        raise ValueError(f"num_kv_heads={kv_heads} must divide num_heads={num_heads}")
     return num_heads * head_dim, kv_heads * head_dim, head_dim
 
 
@@ -43,6 +52,9 @@ def param_breakdown(*, vocab_size: int, d_model: int, num_layers: int, d_ff: int
 
     With tie_embeddings the shared matrix counts once, as token embeddings.
     """
+    for name, value in (("vocab_size", vocab_size), ("num_layers", num_layers),
+                        ("d_ff", d_ff)):
+        _check_positive_int(name, value)
     q, kv, d_k = _attention_widths(d_model, num_heads, num_kv_heads, head_dim)
     L, d = num_layers, d_model
     return {
@@ -64,6 +76,10 @@ def flops_breakdown(*, vocab_size: int, context_length: int, d_model: int,
                     num_heads: int | None = None, num_kv_heads: int | None = None,
                     head_dim: int | None = None, **_) -> dict[str, int]:
     """Matmul FLOPs (2 per multiply-add) of a forward pass over batch_size sequences."""
+    for name, value in (("vocab_size", vocab_size), ("context_length", context_length),
+                        ("num_layers", num_layers), ("d_ff", d_ff),
+                        ("batch_size", batch_size)):
+        _check_positive_int(name, value)
     T, d, L = context_length, d_model, num_layers
     q, kv, _ = _attention_widths(d_model, num_heads, num_kv_heads, head_dim)
     parts = {
@@ -82,6 +98,9 @@ def forward_flops(**config) -> int:
 
 def param_memory_bytes(num_params: int, dtype: torch.dtype = torch.float32) -> int:
     """Bytes needed to store num_params parameters of the given dtype."""
+    _check_int("num_params", num_params, 0)
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"dtype must be a torch.dtype, got {dtype!r}")
     return num_params * torch.empty((), dtype=dtype).element_size()
 
 

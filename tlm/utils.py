@@ -84,7 +84,7 @@ def _check_index_tensor(name: str, ids, upper: int, upper_name: str) -> None:
         raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), "
                         f"got dtype {ids.dtype}")
     if ids.numel() > 0 and not torch.compiler.is_compiling():
-        lo, hi = (int(v) for v in torch.aminmax(ids))
+        lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read from the device
         if lo < 0 or hi >= upper:
             raise ValueError(f"{name} must lie in [0, {upper_name}={upper}), "
                              f"got values from {lo} to {hi}")
@@ -126,12 +126,14 @@ def _check_attention_inputs(Q, K, V, mask) -> None:
 def saved_tensor_bytes(fn: Callable[[], Tensor]) -> int:
     """Bytes of the distinct tensors autograd saves for backward while fn() runs.
 
-    Parameters are not counted (they exist anyway); a storage saved twice counts once.
+    Parameters and views of them (the `w.T` of a matrix product) are not counted: they
+    exist anyway. A storage saved twice counts once.
     """
     seen: dict[int, int] = {}
 
     def pack(t: Tensor) -> Tensor:
-        if not isinstance(t, nn.Parameter):
+        base = t if t._base is None else t._base
+        if not isinstance(base, nn.Parameter):
             storage = t.untyped_storage()
             seen[storage.data_ptr()] = storage.nbytes()
         return t
