@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -77,6 +78,107 @@ def test_encode_iterable_equals_encode_for_any_chunking(gpt2, seed):
     assert list(gpt2.encode_iterable(chunks)) == gpt2.encode(text)
     # a special token cut across chunks is still one token
     assert list(gpt2.encode_iterable(["a <|endof", "text|> b"])) == gpt2.encode(f"a {EOT} b")
+
+
+# Texts with every boundary that could go wrong in a stream: each contraction (and its first
+# letters alone), runs of spaces, newlines and tabs, trailing whitespace, digits, letters
+# after numbers, punctuation runs, special tokens and the start of one.
+CUT_TEXTS = [
+    "Slen've     x",
+    "it's don't they're we've I'm you'll he'd",
+    "a's b't c're d've e'm f'll g'd 'll 're 've x'l y'v z'r q'",
+    "''ve ' 've !'ll 'LL 've'", "  x  \n\n  y\t\t z   \n \n\t",
+    "trailing spaces   ", "line\r\nnext\n\n\n", "\u00a0 x \u00a0\u00a0y",
+    "12345 + 678 = 13023.  3.14159 2024-11-23", "2nd 3rd 10km x1y2 a1 1a ½Ⅻ",
+    "?!... --> *** !!! 'quoted' (paren) x.y", f"a{EOT}b{EOT}{EOT} c {EOT}\n", "x <|endof",
+]
+
+
+@pytest.mark.parametrize("text", CUT_TEXTS)
+def test_encode_iterable_equals_encode_at_every_cut(gpt2, reference, text):
+    expected = reference.encode(text, allowed_special="all")
+    assert gpt2.encode(text) == expected
+    for i in range(len(text) + 1):  # every cut into two strings
+        assert list(gpt2.encode_iterable([text[:i], text[i:]])) == expected, (text[:i], text[i:])
+    assert list(gpt2.encode_iterable(text)) == expected  # one character a string
+
+
+def test_encode_iterable_equals_tiktoken_for_random_cuts(gpt2, reference):
+    pieces = ["'", "'", "s", "d", "m", "t", "ll", "l", "ve", "v", "re", "r", "e", "x", "A", " ",
+              "  ", "\n", "\t", "\r\n", "1", "23", "!", "?!", ".", "é", "日", "😀", "\u00a0",
+              "’", EOT, "<|", "endof", "text|>"]
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 16)))
+        cuts = sorted(rng.choices(range(len(text) + 1), k=rng.randrange(0, 8)))  # some empty
+        chunks = [text[a:b] for a, b in zip([0] + cuts, cuts + [len(text)])]
+        assert list(gpt2.encode_iterable(chunks)) == reference.encode(
+            text, allowed_special="all"), chunks
+
+
+def test_special_tokens_cut_across_strings(gpt2):
+    """The end of a string that could begin a special token waits for the next string."""
+    text = f"a {EOT} b"
+    for i in range(len(text) + 1):
+        assert list(gpt2.encode_iterable([text[:i], text[i:]])) == gpt2.encode(text)
+    assert list(gpt2.encode_iterable(["a <|endof", "text|> b"]))[2] == 50256
+    # not a special token after all: the held-back end is ordinary text
+    assert list(gpt2.encode_iterable(["a <|endof", "ice"])) == gpt2.encode("a <|endofice")
+    assert list(gpt2.encode_iterable(["a <|endof"])) == gpt2.encode("a <|endof")
+    double = Tokenizer(gpt2.vocab, gpt2.merges, [EOT, EOT + EOT])  # the longer one wins
+    ids = list(double.encode_iterable(["a" + EOT, EOT + "b"]))
+    assert ids == double.encode(f"a{EOT}{EOT}b") and ids[1] == double.ids[(EOT + EOT).encode()]
+
+
+def _distinct_words(start: int, stop: int) -> str:
+    """ a b ... z ba bb ...: the words numbered start to stop - 1, in base 26."""
+    words = []
+    for i in range(start, stop):
+        word = ""
+        while True:
+            word = "abcdefghijklmnopqrstuvwxyz"[i % 26] + word
+            i //= 26
+            if i == 0:
+                break
+        words.append(" " + word)
+    return "".join(words)
+
+
+def test_encode_iterable_memory_does_not_grow_with_distinct_words():
+    """Peak Python memory after 300,000 distinct words is within 8 MiB of the peak after
+    100,000: the cache has a fixed capacity (unbounded, it grew by 29 MiB). A tokenizer
+    without merges keeps the test fast; the merges do not change what is cached."""
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], [EOT])
+    peaks = {}
+
+    def stream():
+        for start in range(0, 300_000, 1000):
+            if start == 100_000:
+                peaks[start] = tracemalloc.get_traced_memory()[1]
+            yield _distinct_words(start, start + 1000)
+    tracemalloc.start()
+    try:
+        for _ in tok.encode_iterable(stream()):
+            pass
+        peaks[300_000] = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peaks[300_000] - peaks[100_000] < 8 * 2**20, peaks
+    assert len(tok._cache) <= tok.CACHE_SIZE
+
+
+def test_a_full_cache_is_emptied_and_ids_do_not_change(gpt2):
+    small = Tokenizer(gpt2.vocab, gpt2.merges, [EOT])
+    small.CACHE_SIZE = 50
+    text = _distinct_words(0, 400) + " the the cat" * 20
+    sizes = []
+    for word in regex.findall(GPT2_PATTERN, text):
+        small.encode(word)
+        sizes.append(len(small._cache))
+    assert max(sizes) == 50 and sizes.count(1) > 1  # filled, emptied, filled again
+    assert small.encode(text) == gpt2.encode(text)
+    chunks = [text[i:i + 7] for i in range(0, len(text), 7)]
+    assert list(small.encode_iterable(chunks)) == gpt2.encode(text)
 
 
 def test_encode_iterable_is_lazy(gpt2):

@@ -12,6 +12,7 @@ import sys
 from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator
+from itertools import repeat
 from multiprocessing import Pool
 from pathlib import Path
 
@@ -19,12 +20,18 @@ import regex
 
 from tlm.utils import _replace_atomically
 
-# GPT-2's pre-tokenizer: contractions, letters, numbers, other symbols, each with at
-# most one leading space; then runs of whitespace (a run's last space goes to the next
-# word).
+# GPT-2's pre-tokenizer: contractions; runs of letters, of numbers and of other symbols,
+# each with at most one leading space; then runs of whitespace (before a word, a run's
+# last space goes to the word).
 GPT2_PATTERN = (r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+"""
                 r"""|\s+(?!\S)|\s+""")
 _PRETOKEN = regex.compile(GPT2_PATTERN)
+# How far past the end of its match GPT2_PATTERN reads, at most: the contraction
+# alternative, tried first, reads two characters after an apostrophe ("'v" at the end
+# of a text is an apostrophe and a "v", but "'ve" one pre-token), and \s+(?!\S)
+# reads the character after the whitespace it gives back. The runs read one character
+# past theirs.
+_LOOKAHEAD = 2
 
 
 def _check_special_tokens(special_tokens) -> list[str]:
@@ -58,7 +65,11 @@ def _special_splitter(special_tokens: list[str]):
 def split_on_special_tokens(text: str, special_tokens: list[str]
                             ) -> list[tuple[str, bool]]:
     """(piece, is_special) in order: the text between special tokens, and the tokens."""
-    splitter = _special_splitter(special_tokens)
+    return _split(text, _special_splitter(special_tokens))
+
+
+def _split(text: str, splitter) -> list[tuple[str, bool]]:
+    """split_on_special_tokens with the splitter built once (by a Tokenizer)."""
     if splitter is None:
         return [(text, False)] if text else []
     pieces, start = [], 0
@@ -295,6 +306,9 @@ def package_data_path(package: str, *parts: str, install: str) -> Path:
     return path
 
 
+_NO_MERGE = (float("inf"), -1)  # the (rank, id) of a pair that was never merged
+
+
 class Tokenizer:
     """Byte-level BPE: text to ids by the merges of train_bpe (or GPT-2's), and back.
 
@@ -303,7 +317,13 @@ class Tokenizer:
         merges: (bytes, bytes) pairs in the order they were made; earlier merges first.
         special_tokens: strings that always become one id (added to the vocabulary when
             missing); where two overlap, the longer one wins.
+
+    The ids of recently seen pre-tokens are cached, at most CACHE_SIZE of them: a full
+    cache is emptied and fills again, so memory does not grow with the number of
+    distinct words in the text.
     """
+
+    CACHE_SIZE = 2**16  # pre-tokens: about 9 MiB when full of short words
 
     def __init__(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
                  special_tokens: list[str] | None = None):
@@ -333,23 +353,25 @@ class Tokenizer:
                     raise ValueError(f"merge {rank} ({a!r}, {b!r}): {part!r} is not in "
                                      "the vocabulary")
             self.ranks.setdefault((self.ids[a], self.ids[b]), (rank, self.ids[a + b]))
+        self._byte_ids = [self.ids[bytes([b])] for b in range(256)]
         self._splitter = _special_splitter(self.special_tokens)
         self._cache: dict[str, tuple[int, ...]] = {}
 
     def _encode_pretoken(self, text: str) -> tuple[int, ...]:
         """Apply the merges to one pre-token: the earliest learned merge first."""
-        ids = [self.ids[bytes([b])] for b in text.encode("utf-8")]
+        ids = [self._byte_ids[b] for b in text.encode("utf-8")]
         while len(ids) > 1:
-            best = min((self.ranks.get(p, (len(self.ranks), 0)), i)
-                       for i, p in enumerate(zip(ids, ids[1:])))
-            (rank, new_id), i = best
-            if rank == len(self.ranks):
+            # (rank, merged id) of every neighbouring pair, _NO_MERGE for the others
+            found = list(map(self.ranks.get, zip(ids, ids[1:]), repeat(_NO_MERGE)))
+            best = min(found)
+            if best is _NO_MERGE:
                 break  # no pair of this pre-token was ever merged
-            pair = (ids[i], ids[i + 1])
-            merged, j = [], 0
-            while j < len(ids):
-                if j + 1 < len(ids) and (ids[j], ids[j + 1]) == pair:
-                    merged.append(new_id)
+            i = found.index(best)  # the leftmost occurrence of the earliest merge
+            a, b = ids[i], ids[i + 1]
+            merged, j = ids[:i], i
+            while j < len(ids):  # merge it, and its later occurrences
+                if ids[j] == a and j + 1 < len(ids) and ids[j + 1] == b:
+                    merged.append(best[1])
                     j += 2
                 else:
                     merged.append(ids[j])
@@ -358,9 +380,11 @@ class Tokenizer:
         return tuple(ids)
 
     def _ids(self, word: str) -> tuple[int, ...]:
-        """The ids of one pre-token, from the cache when it was seen before."""
+        """The ids of one pre-token, from the cache when it was seen recently."""
         found = self._cache.get(word)
         if found is None:
+            if len(self._cache) >= self.CACHE_SIZE:
+                self._cache.clear()  # full: start again (frequent words return first)
             found = self._cache[word] = self._encode_pretoken(word)
         return found
 
@@ -369,7 +393,7 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         ids: list[int] = []
-        for piece, special in split_on_special_tokens(text, self.special_tokens):
+        for piece, special in _split(text, self._splitter):
             if special:
                 ids.append(self.ids[piece.encode("utf-8")])
             else:
@@ -378,28 +402,33 @@ class Tokenizer:
         return ids
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
-        """The ids of the concatenated strings (a file's lines, say), produced lazily.
+        """The ids of the concatenated strings (a file's lines, say), produced lazily;
+        equal to encode("".join(iterable)) however the text is cut into strings.
 
-        Between two strings only a short tail is held back: the last pre-token, which
-        the next string may continue, and an end that could begin a special token.
+        Between two strings a short tail is held back: an end that could begin a special
+        token, and the pre-tokens that end less than two characters before it, which the
+        next string may still change (GPT2_PATTERN never looks more than two characters
+        past the end of a match). Memory is bounded by that tail, one string and the
+        cache, whatever the length of the stream or the number of its distinct words.
         """
         carry = ""
         for chunk in iterable:
             text = carry + chunk
             hold = len(text) - self._special_prefix(text)
-            pieces = split_on_special_tokens(text[:hold], self.special_tokens)
+            pieces = _split(text[:hold], self._splitter)
             tail = pieces.pop()[0] if pieces and not pieces[-1][1] else ""
             for piece, special in pieces:  # complete: a special token ends each
                 if special:
                     yield self.ids[piece.encode("utf-8")]
                 else:
                     yield from self.encode(piece)
-            # pre-tokens found with the next character in view are final, but the last
-            # one may go on in the next string
-            matches = list(_PRETOKEN.finditer(text, hold - len(tail), hold))
-            for m in matches[:-1]:
+            start = hold - len(tail)
+            for m in _PRETOKEN.finditer(text, start, hold):
+                if m.end() > hold - _LOOKAHEAD:
+                    break  # this pre-token and the rest wait for the next string
                 yield from self._ids(m.group())
-            carry = text[matches[-1].start() if matches else hold - len(tail):]
+                start = m.end()
+            carry = text[start:]
         if carry:
             yield from self.encode(carry)
 
