@@ -100,6 +100,7 @@ FIRST_DEFINITIONS = {
                            ("HandoutMHA", "MultiHeadSelfAttention"): 45},
     "11_model.ipynb": {("HandoutTransformerLM", "TransformerLM"): 25},
     "14_tokenizer.ipynb": {("plain_train_bpe", "train_bpe"): 35},
+    "15_training.ipynb": {("HandoutAdamW", "AdamW"): 40},
 }
 LATER_IDEAS = ("autograd.Function", "torch.nn.functional", "F.", "kv_cache", "cache",
                "attn_implementation", "sdpa", "complex", "once_differentiable", "config")

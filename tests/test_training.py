@@ -1,3 +1,4 @@
+import contextlib
 import math
 import os
 import re
@@ -69,11 +70,42 @@ def test_checkpoint_round_trip(tmp_path):
     assert torch.equal(opt.state_dict()["state"][0]["exp_avg"], other_opt.state_dict()["state"][0]["exp_avg"])
 
 
+@contextlib.contextmanager
+def _threads(n):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_training_learns_to_add():
-    model, history = tlm.train_addition_model(steps=400, eval_every=400)
+    """Learns to add; and the training chapter's claim about CPU threads: 8 threads split
+    SiLU's sigmoid differently from 1, a last-bit difference that the sudden drop of the
+    loss (steps 200 to 400) turns into a visible one."""
+    with _threads(1):
+        model, history = tlm.train_addition_model(steps=400, eval_every=100,
+                                                  deterministic=False)
     assert not torch.are_deterministic_algorithms_enabled()  # the global setting is restored
     assert history["loss"][-1] < 0.1
     assert history["test_acc"][-1] > 0.9  # on problems never seen in training
+    with _threads(8):
+        _, eight = tlm.train_addition_model(steps=300, eval_every=100, deterministic=False)
+    assert eight["step"] == history["step"][:3] == [100, 200, 300]
+    assert abs(eight["loss"][0] - history["loss"][0]) < 1e-4  # still only the last bits
+    assert abs(eight["loss"][2] - history["loss"][2]) > 1e-3  # at step 300: visible
+
+
+def test_the_same_threads_give_the_same_run_with_or_without_deterministic_algorithms():
+    runs = []
+    for deterministic in (True, False, False):
+        with _threads(2):
+            model, _ = tlm.train_addition_model(steps=10, eval_every=10,
+                                                deterministic=deterministic)
+        runs.append([p.detach().clone() for p in model.parameters()])
+        assert torch.are_deterministic_algorithms_enabled() is False
+    assert all(torch.equal(a, b) for run in runs[1:] for a, b in zip(run, runs[0]))
 
 
 def _small_model_and_optimizer():
@@ -257,3 +289,138 @@ def test_gradient_clipping_equals_clip_grad_norm():
                                                               if p.grad is not None]))
     with pytest.raises(ValueError, match="max_l2_norm must be a number > 0"):
         tlm.gradient_clipping(a.parameters(), 0)
+
+
+# ---- CS336's Algorithm 1 (HandoutAdamW) against float64 references and PyTorch ----
+
+def _algorithm_1(theta, grads, lr, betas, eps, weight_decay):
+    """CS336's Algorithm 1 in float64, on plain Python lists of numbers."""
+    b1, b2 = betas
+    theta, m, v = list(theta), [0.0] * len(theta), [0.0] * len(theta)
+    for t, g in enumerate(grads, start=1):
+        alpha_t = lr * math.sqrt(1 - b2**t) / (1 - b1**t)
+        for i, gi in enumerate(g):
+            m[i] = b1 * m[i] + (1 - b1) * gi
+            v[i] = b2 * v[i] + (1 - b2) * gi * gi
+            theta[i] -= alpha_t * m[i] / (math.sqrt(v[i]) + eps)
+            theta[i] -= lr * weight_decay * theta[i]
+    return theta
+
+
+@pytest.mark.parametrize("kwargs", [dict(lr=1e-2), dict(lr=0.1, betas=(0.8, 0.95), eps=1e-3,
+                                                        weight_decay=0.5)])
+def test_handout_adamw_is_algorithm_1(kwargs):
+    gen = torch.Generator().manual_seed(3)
+    start = torch.randn(7, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(7, generator=gen, dtype=torch.float64) * 10.0**k for k in (-6, 0, 2)]
+    w = torch.nn.Parameter(start.clone())
+    opt = tlm.HandoutAdamW([w], **kwargs)
+    for g in grads:
+        w.grad = g.clone()
+        opt.step()
+    full = dict(dict(lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.01), **kwargs)
+    ref = _algorithm_1(start.tolist(), [g.tolist() for g in grads], **full)
+    torch.testing.assert_close(w.detach(), torch.tensor(ref, dtype=torch.float64),
+                               rtol=1e-12, atol=1e-15)
+
+
+def test_handout_adamw_differs_from_pytorch_only_where_the_chapter_says():
+    """eps = 0 and no decay: Adam itself; with decay, one step differs by lr * lambda * u."""
+    gen = torch.Generator().manual_seed(4)
+    start = torch.randn(50, generator=gen, dtype=torch.float64)
+    grads = [torch.randn(50, generator=gen, dtype=torch.float64) for _ in range(5)]
+    a, b = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    opt_a = tlm.HandoutAdamW([a], lr=1e-2, eps=0.0, weight_decay=0.0)
+    opt_b = torch.optim.Adam([b], lr=1e-2, eps=0.0)
+    for g in grads:
+        a.grad, b.grad = g.clone(), g.clone()
+        opt_a.step(), opt_b.step()
+    torch.testing.assert_close(a.detach(), b.detach(), rtol=1e-12, atol=1e-14)
+    lr, lam = 1e-2, 0.3
+    a, b = torch.nn.Parameter(start.clone()), torch.nn.Parameter(start.clone())
+    a.grad, b.grad = grads[0].clone(), grads[0].clone()
+    tlm.HandoutAdamW([a], lr=lr, eps=0.0, weight_decay=lam).step()
+    torch.optim.AdamW([b], lr=lr, eps=0.0, weight_decay=lam).step()
+    u = lr * torch.sign(grads[0])  # Adam's first step without eps
+    torch.testing.assert_close(a.detach() - b.detach(), lr * lam * u, rtol=1e-9, atol=1e-15)
+
+
+def test_handout_adamw_bad_arguments():
+    w = [torch.zeros(2, requires_grad=True)]
+    for kwargs, name in ((dict(lr=-1), "lr"), (dict(eps=float("inf")), "eps"),
+                         (dict(weight_decay=None), "weight_decay"), (dict(betas=(1.0, 0.9)), "betas")):
+        with pytest.raises(ValueError, match=name):
+            tlm.HandoutAdamW(w, **kwargs)
+
+
+# ---- adamwAccounting: memory by component and the FLOPs of one AdamW step ----
+
+SMALL = dict(vocab_size=97, context_length=12, num_layers=3, d_model=32, num_heads=4,
+             rope_theta=1e4)
+
+
+def test_adamw_memory_of_weights_gradients_and_state_is_what_a_real_model_holds():
+    config = dict(SMALL, d_ff=4 * 32)
+    model = tlm.TransformerLM(**config)
+    ids = torch.randint(0, 97, (2, 12))
+    tlm.cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+    opt = tlm.AdamW(model.parameters())
+    opt.step()
+    nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
+    memory = tlm.adamw_memory_bytes(2, **SMALL)  # d_ff = 4 d_model by default
+    assert memory == tlm.adamw_memory_bytes(2, **config)
+    assert memory["parameters"] == nbytes(model.parameters())
+    assert memory["gradients"] == nbytes(p.grad for p in model.parameters())
+    assert memory["optimizer state"] == nbytes(
+        t for state in opt.state.values() for t in state.values() if torch.is_tensor(t))
+    half = tlm.adamw_memory_bytes(2, **config, dtype=torch.bfloat16)
+    assert all(2 * half[k] == memory[k] for k in memory)
+
+
+def test_adamw_activation_memory_counts_the_handouts_list():
+    B, T, L, d, h, V, d_ff = 3, 12, 3, 32, 4, 97, 128
+    per_layer = [(B, T, d), (B, T, d),  # the two RMSNorms
+                 (B, T, d), (B, T, d), (B, T, d),  # Q, K, V projections
+                 (B, h, T, T), (B, h, T, T),  # Q^T K, softmax
+                 (B, T, d), (B, T, d),  # weighted sum of values, output projection
+                 (B, T, d_ff), (B, T, d_ff), (B, T, d)]  # W1, SiLU, W2
+    final = [(B, T, d), (B, T, V), (B, T, V)]  # final RMSNorm, logits, cross-entropy
+    numbers = L * sum(math.prod(s) for s in per_layer) + sum(math.prod(s) for s in final)
+    assert tlm.adamw_memory_bytes(B, **SMALL)["activations"] == 4 * numbers
+    assert (tlm.adamw_memory_bytes(6, **SMALL)["activations"]
+            == 2 * tlm.adamw_memory_bytes(3, **SMALL)["activations"])
+
+
+def test_adamw_memory_bytes_bad_input():
+    with pytest.raises(ValueError, match="batch_size"):
+        tlm.adamw_memory_bytes(0, **SMALL)
+    with pytest.raises((ValueError, TypeError), match="num_heads"):
+        tlm.adamw_memory_bytes(1, **{**SMALL, "num_heads": 2.5})
+    with pytest.raises((ValueError, TypeError), match="num_params"):
+        tlm.adamw_step_flops(-3)
+
+
+def test_adamw_step_flops_counts_the_elementwise_operations_of_algorithm_1():
+    """One floating-point operation per element for each elementwise op of a step."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    n = 1001
+
+    class Count(TorchDispatchMode):
+        ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            Count.ops += any(isinstance(t, torch.Tensor) and t.numel() == n
+                             for t in tree_flatten(out)[0])
+            return out
+
+    w = torch.nn.Parameter(torch.randn(n))
+    opt = tlm.HandoutAdamW([w], lr=1e-2)
+    for _ in range(2):  # the second step: m and v are tensors by then
+        w.grad = torch.randn(n)
+        Count.ops = 0
+        with Count():
+            opt.step()
+    assert tlm.adamw_step_flops(n) == Count.ops * n == 14 * n

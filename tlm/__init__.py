@@ -13,7 +13,7 @@ from .block import TransformerBlock
 from .model import HandoutTransformerLM, TransformerLM, strip_compile_prefix
 from .hf import qk_row_permutation, hf_config, to_hf, from_hf, to_hf_llama, from_hf_llama
 from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes, kv_cache_bytes
-from .training import cross_entropy, AdamW, get_lr_cosine_schedule, gradient_clipping, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
+from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule, gradient_clipping, adamw_memory_bytes, adamw_step_flops, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
 from .generation import top_p_filter, sample_next, LayerKVCache, KVCache, generate
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .utils import get_device, saved_tensor_bytes, time_alternating, draw_diagram
