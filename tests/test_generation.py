@@ -90,6 +90,7 @@ def test_temperature_zero_is_argmax_and_low_temperature_approaches_it():
 
 
 def test_stops_at_eos_and_at_context_length():
+    """The end token stops generation; the context length does not: the window slides."""
     model = make_model()
     prompt = torch.randint(0, 300, (1, 4))
     free = tlm.generate(model, prompt, 20, temperature=0)
@@ -97,9 +98,49 @@ def test_stops_at_eos_and_at_context_length():
     stopped = tlm.generate(model, prompt, 20, temperature=0, eos_id=eos)
     first = (free[0, 4:] == eos).nonzero()[0].item() + 4
     assert torch.equal(stopped[0], free[0, : first + 1])
-    long = tlm.generate(model, prompt, 500, temperature=0)
-    assert long.shape == (1, CFG["context_length"])  # documented: stops at the context length
+    long = tlm.generate(model, prompt, 100, temperature=0)
+    assert long.shape == (1, 104)  # past context_length=64, every token asked for
+    assert torch.equal(long[:, :24], free)
     assert tlm.generate(model, prompt, 0).shape == (1, 4)
+
+
+def cropped_loop(model, ids, max_new_tokens, pick):
+    """The plain loop, predicting each token from the last context_length ids."""
+    T = model.context_length
+    with torch.no_grad():
+        for _ in range(max_new_tokens):
+            ids = torch.cat([ids, pick(model(ids[:, -T:])[:, -1])[:, None]], dim=1)
+    return ids
+
+
+@pytest.mark.parametrize("prompt_len", [1, 5, 7, 8, 9, 20])
+def test_past_the_context_the_window_slides_with_and_without_the_cache(prompt_len):
+    torch.manual_seed(1)
+    model = tlm.TransformerLM(**{**CFG, "context_length": 8}, dtype=torch.float64)
+    prompt = torch.randint(0, 300, (2, prompt_len))
+    greedy = [tlm.generate(model, prompt, 30, temperature=0, use_cache=c) for c in (True, False)]
+    assert greedy[0].shape == (2, prompt_len + 30) and torch.equal(greedy[0][:, :prompt_len], prompt)
+    assert torch.equal(greedy[0], greedy[1])
+    assert torch.equal(greedy[0], cropped_loop(model, prompt, 30, lambda logits: logits.argmax(-1)))
+
+    def sampled(use_cache):
+        return tlm.generate(model, prompt, 30, temperature=1.0, top_p=0.95, use_cache=use_cache,
+                            generator=torch.Generator().manual_seed(prompt_len))
+    g = torch.Generator().manual_seed(prompt_len)
+    oracle = cropped_loop(model, prompt, 30, lambda logits: tlm.sample_next(logits, 1.0, 0.95, g))
+    assert torch.equal(sampled(True), oracle) and torch.equal(sampled(False), oracle)
+
+
+def test_reset_empties_the_cache():
+    model = make_model()
+    ids = torch.randint(0, 300, (2, 10))
+    with tlm.KVCache(model) as cache:
+        model(ids[:, :6])
+        cache.reset()
+        assert cache.seq_len == 0 and all(layer.seq_len == 0 for layer in cache.layers)
+        again = model(ids)  # from position 0, as if nothing had been cached
+        assert cache.seq_len == 10
+    torch.testing.assert_close(again, model(ids), rtol=1e-10, atol=1e-10)
 
 
 def test_training_mode_restored_and_cache_capacity():
@@ -135,8 +176,6 @@ def test_bad_inputs():
             tlm.generate(model, prompt, **{"max_new_tokens": 5, **kwargs})
     with pytest.raises(ValueError, match="temperature must be a number >= 0 .*got nan"):
         tlm.generate(model, prompt, 5, temperature=float("nan"))
-    with pytest.raises(ValueError, match="more than context_length=64"):
-        tlm.generate(model, torch.zeros(1, 65, dtype=torch.long), 5)
     with pytest.raises(ValueError, match=r"prompt_ids must lie in \[0, vocab_size=300\)"):
         tlm.generate(model, torch.tensor([[1, 300]]), 5)
     with pytest.raises(TypeError, match="prompt_ids must be an integer tensor"):

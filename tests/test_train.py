@@ -152,6 +152,7 @@ def test_evaluate_against_cross_entropy_by_hand():
     assert got["perplexity"] == pytest.approx(math.exp(nats.item() / 48), rel=1e-5)
     assert got["bits_per_byte"] == pytest.approx(nats.item() / math.log(2) / nbytes,
                                                  rel=1e-6)
+    assert (got["tokens"], got["bytes"]) == (48, nbytes)  # ids 1 to 48; id 0 and 49 unscored
 
 
 # --- the command line -----------------------------------------------------------------
@@ -272,21 +273,26 @@ def test_generate_samples_reproducibly_and_the_cache_changes_nothing(run_dir):
     a = run_generate(ckpt, "--prompt", "the ", "--seed", 5, "--max-new-tokens", 12)
     b = run_generate(ckpt, "--prompt", "the ", "--seed", 5, "--max-new-tokens", 12)
     assert a.returncode == 0 and a.stdout == b.stdout and a.stdout.startswith("the ")
-    greedy = [ckpt, "--temperature", 0, "--max-new-tokens", 10, "--prompt", "the cat"]
+    # 40 new tokens with a context of 16: the window slides, with and without the cache
+    greedy = [ckpt, "--temperature", 0, "--max-new-tokens", 40, "--prompt", "the cat"]
     cached, uncached = run_generate(*greedy), run_generate(*greedy, "--no-cache")
     assert cached.returncode == 0 and cached.stdout == uncached.stdout
     model, tokenizer = tlm.train.load_run(ckpt)
     ids = torch.tensor(tokenizer.encode("the cat"))
-    expected = tlm.generate(model, ids, 10, temperature=0, eos_id=256)
-    text = tokenizer.decode([t for t in expected.tolist() if t != 256])
-    assert cached.stdout == text + "\n"
+    expected = tlm.generate(model, ids, 40, temperature=0, eos_id=256)
+    assert expected.shape == (7 + 40,) and 256 not in expected.tolist()
+    assert cached.stdout == tokenizer.decode(expected.tolist()) + "\n"
+    long = "the cat sat on the mat. the cat"  # a prompt longer than the context
+    out = [run_generate(ckpt, "--prompt", long, "--seed", 1, *cache) for cache in ([], ["--no-cache"])]
+    assert out[0].returncode == 0 and out[0].stdout == out[1].stdout
+    assert out[0].stdout.startswith(long) and len(out[0].stdout) > len(long) + 1
     two = run_generate(ckpt, "--num-samples", 2, "--max-new-tokens", 5)
     assert two.returncode == 0 and two.stdout.count("\n---\n") == 1
 
 
 @pytest.mark.parametrize("args, message", [
     (["--top-p", 1.5], "top_p must be in (0, 1]"),
-    (["--prompt", "x" * 20], "more than context_length=16"),
+    (["--max-new-tokens", -1], "max_new_tokens must be an int >= 0, got -1"),
     (["--num-samples", 0], "--num-samples must be at least 1"),
     (["--device", "nodevice"], "device:"),
 ])

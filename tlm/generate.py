@@ -20,7 +20,9 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("checkpoint", help="a run's checkpoint.pt")
     parser.add_argument("--prompt", default="",
                         help="text to continue (default: none, a new document)")
-    parser.add_argument("--max-new-tokens", type=int, default=200)
+    parser.add_argument("--max-new-tokens", type=int, default=200,
+                        help="may exceed the model's context: the window slides "
+                             "(default: 200)")
     parser.add_argument("--temperature", type=float, default=0.8,
                         help="0 picks the most likely token (default: 0.8)")
     parser.add_argument("--top-p", type=float, default=0.95,
@@ -31,7 +33,8 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default=None,
                         help="default: $TLM_DEVICE, else cuda if available, else cpu")
     parser.add_argument("--no-cache", action="store_true",
-                        help="recompute the prefix at every step (slower, same text)")
+                        help="recompute the window at every step (slower; the same "
+                             "tokens up to rounding)")
     args = parser.parse_args(argv)
     try:
         if args.num_samples < 1:

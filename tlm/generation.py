@@ -29,8 +29,9 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_p: float | None = 
                 generator: torch.Generator | None = None) -> Tensor:
     """Next token ids from logits (..., vocab): argmax at temperature 0, else a draw.
 
-    The draw happens on the generator's device: a CPU generator gives the same tokens
-    whether the model runs on the CPU or a GPU.
+    The draw happens on the generator's device: a CPU generator draws the same random
+    numbers whether the model runs on the CPU or a GPU. (A GPU's logits differ from the
+    CPU's in their last bits, which can tip a draw near a boundary between two tokens.)
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
@@ -82,6 +83,10 @@ class LayerKVCache(nn.Module):
         self.seq_len = end
         return self.k[..., :end, :], self.v[..., :end, :]
 
+    def reset(self) -> None:
+        """Forget every cached position; the next call starts at position 0."""
+        self.seq_len = 0
+
 
 class KVCache:
     """Keys and values of every block of `model`, for generating one token at a time.
@@ -119,27 +124,31 @@ class KVCache:
         """Number of positions cached so far."""
         return self.layers[0].seq_len
 
+    def reset(self) -> None:
+        """Empty every layer's cache, keeping its storage: the next call starts anew."""
+        for layer in self.layers:
+            layer.reset()
+
 
 def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
              temperature: float = 1.0, top_p: float | None = None,
              eos_id: int | None = None, generator: torch.Generator | None = None,
              use_cache: bool = True) -> Tensor:
-    """Extend prompt_ids (seq,) or (batch, seq) by up to max_new_tokens; return all ids.
+    """Extend prompt_ids (seq,) or (batch, seq) by max_new_tokens; return all ids.
 
-    temperature 0 is greedy decoding. Generation stops when every sequence has produced
-    eos_id (finished sequences are then padded with eos_id) and at the model's
-    context_length: the result never exceeds it. `generator` makes sampling reproducible
-    (a CPU generator: the same tokens on every device). use_cache=False recomputes the
-    prefix at every step.
+    temperature 0 is greedy decoding. Each token is predicted from the last
+    context_length ids at most: past the context the window slides (a longer prompt is
+    cropped the same way; the result keeps all of it). Generation stops early only when
+    every sequence has produced eos_id (finished sequences are then padded with eos_id).
+    `generator` makes sampling reproducible: a CPU generator draws the same random
+    numbers on every device. use_cache=False recomputes the window at every step; so
+    does the cache once the window slides, so that both give the same tokens.
     """
-    V = model.vocab_size
+    V, T = model.vocab_size, model.context_length
     _check_index_tensor("prompt_ids", prompt_ids, V, "vocab_size")
     if prompt_ids.ndim not in (1, 2) or prompt_ids.shape[-1] == 0:
         raise ValueError("prompt_ids must have shape (seq,) or (batch, seq), seq >= 1, "
                          f"got {tuple(prompt_ids.shape)}")
-    if prompt_ids.shape[-1] > model.context_length:
-        raise ValueError(f"prompt_ids has {prompt_ids.shape[-1]} tokens, "
-                         f"more than context_length={model.context_length}")
     _check_int("max_new_tokens", max_new_tokens, minimum=0)
     greedy_or_more = "a number >= 0 (0 = greedy)"
     if not 0 <= _check_number("temperature", temperature, greedy_or_more) < math.inf:
@@ -150,23 +159,26 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
         raise ValueError(f"eos_id must be an int in [0, vocab_size={V}) or None, "
                          f"got {eos_id!r}")
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
-    steps = min(max_new_tokens, model.context_length - ids.shape[-1])
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     was_training = model.training
     model.eval()
-    cache = KVCache(model) if use_cache else contextlib.nullcontext()
+    context = KVCache(model) if use_cache else contextlib.nullcontext()
     try:
-        with torch.no_grad(), cache:
-            logits = model(ids)[:, -1]
-            for step in range(steps):
+        with torch.no_grad(), context as cache:  # cache is None without one
+            for _ in range(max_new_tokens):
+                if cache is not None and 0 < cache.seq_len < T:
+                    logits = model(ids[:, -1:])[:, -1]  # the cache holds the rest
+                else:  # the first step, no cache, or a full one: the last T ids
+                    if cache is not None:
+                        cache.reset()
+                    logits = model(ids[:, -T:])[:, -1]
                 nxt = sample_next(logits, temperature, top_p, generator)
                 if eos_id is not None:
                     nxt = nxt.masked_fill(finished, eos_id)
                     finished |= nxt == eos_id
                 ids = torch.cat([ids, nxt[:, None]], dim=1)
-                if step + 1 == steps or (eos_id is not None and bool(finished.all())):
+                if eos_id is not None and bool(finished.all()):
                     break
-                logits = model(nxt[:, None] if use_cache else ids)[:, -1]
     finally:
         model.train(was_training)
     return ids.reshape(*prompt_ids.shape[:-1], -1)

@@ -105,12 +105,13 @@ def token_bytes(vocab: dict[int, bytes]) -> np.ndarray:
 @torch.no_grad()
 def evaluate(model: TransformerLM, data, lengths: np.ndarray, batch_size: int = 16,
              max_windows: int | None = None) -> dict[str, float]:
-    """Loss, perplexity and bits per byte on non-overlapping windows of `data`.
+    """Loss, perplexity and bits per byte of `data`, and the tokens and bytes scored.
 
-    Windows of context_length + 1 tokens start every context_length tokens; with
-    max_windows, an evenly spaced subset of them (the same ones at every call).
-    Bits per byte divide the bits of all predictions by the UTF-8 bytes of the tokens
-    predicted, so they compare models with different tokenizers.
+    Windows of context_length + 1 tokens start every context_length tokens, so that
+    the targets of the whole windows, data[1 : n * context_length + 1], are each
+    scored once; with max_windows, an evenly spaced subset of the windows (the same
+    ones at every call). Bits per byte divide the bits of all predictions by the UTF-8
+    bytes of the tokens predicted, so they compare models with different tokenizers.
     """
     T = model.context_length
     n = (len(data) - 1) // T
@@ -135,7 +136,8 @@ def evaluate(model: TransformerLM, data, lengths: np.ndarray, batch_size: int = 
     model.train(was_training)
     loss = nats / tokens
     return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)),
-            "bits_per_byte": nats / math.log(2) / nbytes}
+            "bits_per_byte": nats / math.log(2) / nbytes, "tokens": tokens,
+            "bytes": nbytes}
 
 
 MODEL_OPTIONS = dict(vocab_size=None, context_length=128, d_model=128, num_layers=4,
@@ -290,7 +292,7 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
                         "iteration": step, "sampler": sampler.get_state(),
                         "elapsed_s": elapsed, "config": config}, f)
 
-    def validate() -> dict:  # the last one reads the whole held-out split
+    def validate() -> dict:  # the last one scores every whole window
         windows = None if step == config["steps"] else config["eval_windows"]
         scores = evaluate(model, valid, lengths, max_windows=windows)
         entry = {"step": step, **{f"val_{k}": v for k, v in scores.items()}}
