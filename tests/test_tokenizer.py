@@ -130,6 +130,29 @@ def test_special_tokens_cut_across_strings(gpt2):
     assert ids == double.encode(f"a{EOT}{EOT}b") and ids[1] == double.ids[(EOT + EOT).encode()]
 
 
+
+@pytest.mark.parametrize("specials, alphabet", [
+    (["<|abc|>", "|>x"], ["<|abc|>", "|>x", "y", " ", "a", "<|", "|>"]),
+    (["<|x y|<"], ["<|x y|<", "x", " ", "y", "<", "|"]),
+    (["ab", "bcd", "b"], ["a", "b", "c", "d", " "]),
+])
+def test_special_tokens_that_end_with_the_start_of_another(specials, alphabet):
+    """A complete special token that reaches into a held-back end is held back whole."""
+    vocab = {i: bytes([i]) for i in range(256)}
+    tok = Tokenizer(vocab, [], specials)
+    rng = random.Random(0)
+    for _ in range(300):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 7)))
+        want = tok.encode(text)
+        for i in range(len(text) + 1):
+            assert list(tok.encode_iterable([text[:i], text[i:]])) == want, (text, i)
+            for j in range(i, len(text) + 1):
+                chunks = [text[:i], text[i:j], text[j:]]
+                assert list(tok.encode_iterable(chunks)) == want, chunks
+    first = Tokenizer(vocab, [], ["<|abc|>", "|>x"])
+    assert list(first.encode_iterable(["<|abc|>", "y"])) == first.encode("<|abc|>y")
+
+
 def _distinct_words(start: int, stop: int) -> str:
     """ a b ... z ba bb ...: the words numbered start to stop - 1, in base 26."""
     words = []

@@ -316,7 +316,7 @@ class Tokenizer:
         vocab: id -> bytes.
         merges: (bytes, bytes) pairs in the order they were made; earlier merges first.
         special_tokens: strings that always become one id (added to the vocabulary when
-            missing); where two overlap, the longer one wins.
+            missing); where one contains another, the longer one wins.
 
     The ids of recently seen pre-tokens are cached, at most CACHE_SIZE of them: a full
     cache is emptied and fills again, so memory does not grow with the number of
@@ -406,15 +406,21 @@ class Tokenizer:
         equal to encode("".join(iterable)) however the text is cut into strings.
 
         Between two strings a short tail is held back: an end that could begin a special
-        token, and the pre-tokens that end less than two characters before it, which the
-        next string may still change (GPT2_PATTERN never looks more than two characters
-        past the end of a match). Memory is bounded by that tail, one string and the
-        cache, whatever the length of the stream or the number of its distinct words.
+        token (or a special token that reaches into it), and the pre-tokens that end less
+        than two characters before it, which the next string may still change
+        (GPT2_PATTERN never looks more than two characters past the end of a match).
+        Memory is bounded by the cache, one string and that tail (at most the last
+        pre-token or two), whatever the number of distinct words.
         """
         carry = ""
         for chunk in iterable:
             text = carry + chunk
             hold = len(text) - self._special_prefix(text)
+            if self._splitter is not None:  # a complete special token that crosses hold
+                for m in self._splitter.finditer(text):
+                    if m.start() < hold < m.end():
+                        hold = m.start()
+                        break
             pieces = _split(text[:hold], self._splitter)
             tail = pieces.pop()[0] if pieces and not pieces[-1][1] else ""
             for piece, special in pieces:  # complete: a special token ends each
@@ -622,7 +628,7 @@ def encode_file(tokenizer: Tokenizer, input_path, output_path,
     token. The file appears only when complete. Returns the number of tokens."""
     if max(tokenizer.vocab) >= 2**16:
         raise ValueError(f"ids up to {max(tokenizer.vocab)} do not fit uint16 "
-                         "(vocabularies below 65,536 only)")
+                         "(vocabularies of up to 65,536 tokens only)")
     src, out = Path(input_path), Path(output_path)
     if not src.is_file():
         raise ValueError(f"input_path {str(src)!r} is not a file")
