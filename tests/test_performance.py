@@ -85,9 +85,10 @@ def test_causal_bias_by_hand_and_no_mask_buffers():
     assert {name.split(".")[-1] for name, _ in model.named_buffers()} == {"cos", "sin"}
 
 
-def test_torch_compile_fullgraph_matches_eager():
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])  # sdpa: what `tlm.train --compile` compiles
+def test_torch_compile_fullgraph_matches_eager(impl):
     torch._dynamo.reset()
-    model = tlm.TransformerLM(**CONFIG)
+    model = tlm.TransformerLM(**CONFIG, attn_implementation=impl)
     compiled = torch.compile(model, fullgraph=True)  # fails on any graph break
     ids = torch.randint(0, 64, (2, 16))
     with warnings.catch_warnings(record=True) as caught:
@@ -103,7 +104,7 @@ def test_torch_compile_fullgraph_matches_eager():
     F.cross_entropy(model(ids).flatten(0, 1), ids.flatten()).backward()
     for a, b in zip(grads, _grads(model)):
         torch.testing.assert_close(a, b, **TOL)
-    fresh = tlm.TransformerLM(**CONFIG)
+    fresh = tlm.TransformerLM(**CONFIG, attn_implementation=impl)
     fresh.load_state_dict(compiled.state_dict())  # `_orig_mod.` keys
     assert torch.equal(fresh(ids), model(ids))
 

@@ -31,7 +31,7 @@ def _main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-samples", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--device", default=None,
-                        help="default: $TLM_DEVICE, else cuda if available, else cpu")
+                        help="default: $TLM_DEVICE, else cuda, else mps, else cpu")
     parser.add_argument("--no-cache", action="store_true",
                         help="recompute the window at every step (slower; the same "
                              "tokens up to rounding)")

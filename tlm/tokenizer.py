@@ -406,8 +406,8 @@ class Tokenizer:
         equal to encode("".join(iterable)) however the text is cut into strings.
 
         Between two strings a short tail is held back: an end that could begin a special
-        token (or a special token that reaches into it), and the pre-tokens that end less
-        than two characters before it, which the next string may still change
+        token (or a special token that reaches into it), and the pre-tokens that end
+        less than two characters before it, which the next string may still change
         (GPT2_PATTERN never looks more than two characters past the end of a match).
         Memory is bounded by the cache, one string and that tail (at most the last
         pre-token or two), whatever the number of distinct words.

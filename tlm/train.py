@@ -22,7 +22,7 @@ from tlm.utils import _check_int, _replace_atomically, get_device
 
 
 EOT = "<|endoftext|>"
-HELD_OUT = ("hamlet", "henry-v", "the-tempest", "twelfth-night")  # one play per genre
+HELD_OUT = ("hamlet", "henry-v", "the-tempest", "twelfth-night")  # four genres
 _SPEAKER = re.compile(r"^\*\*(.+?)\*\*$")
 
 
@@ -286,7 +286,7 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     def checkpoint() -> None:
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             raise FloatingPointError(f"the weights are not finite after step {step}: "
-                                     f"{ckpt_path} keeps the last good state")
+                                     f"{ckpt_path} keeps the last finite one")
         with _replace_atomically(ckpt_path) as f:
             torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
                         "iteration": step, "sampler": sampler.get_state(),
@@ -330,7 +330,7 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
                 bar.close()
                 raise FloatingPointError(
                     f"the loss is {value} at step {step}: training stopped; "
-                    f"{ckpt_path} keeps the last good state (lower --lr?)")
+                    f"{ckpt_path} keeps the last one saved (lower --lr?)")
             now = time.perf_counter()
             elapsed += now - tick
             rate = done * B * T / (now - tick)
@@ -390,7 +390,7 @@ _HELP = {"vocab_size": "default: the tokenizer's",
          "ablation": f"one of {', '.join(ABLATIONS)} (default: none)",
          "stop_at": "stop at this step with a checkpoint; --resume goes on",
          "max_minutes": "stop with a checkpoint after this many minutes",
-         "device": "default: $TLM_DEVICE, else cuda if available, else cpu"}
+         "device": "default: $TLM_DEVICE, else cuda, else mps, else cpu"}
 
 
 def _parser() -> argparse.ArgumentParser:

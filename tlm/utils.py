@@ -147,14 +147,16 @@ def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10,
                      warmup: int = 2, device=None) -> dict[str, list[float]]:
     """Seconds per call of each function, called in turns: `repeats` timed rounds.
 
-    On a CUDA device the clock is read after torch.cuda.synchronize().
+    On a CUDA or MPS device the clock is read after the device synchronizes (its
+    kernels run asynchronously).
     """
     if not fns:
         raise ValueError("fns must name at least one function to time")
     _check_int("repeats", repeats, 1)
     _check_int("warmup", warmup, 0)
-    cuda = device is not None and torch.device(device).type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    kind = None if device is None else torch.device(device).type
+    sync = {"cuda": torch.cuda.synchronize,
+            "mps": lambda: torch.mps.synchronize()}.get(kind, lambda: None)
     for _ in range(warmup):
         for fn in fns.values():
             fn()
