@@ -44,8 +44,10 @@ def test_block_matches_reference():
     assert set(block.state_dict()) == set(LAYER_KEYS)
 
 
-def test_lm_matches_reference_composition():
-    model = tlm.TransformerLM(**REF)
+@pytest.mark.parametrize("cls", [tlm.TransformerLM, tlm.HandoutTransformerLM])
+def test_lm_matches_reference_composition(cls):
+    """Both the exported model and the handout's (exported for the performance chapter)."""
+    model = cls(**REF)
     randomize_gains(model)
     ids = torch.randint(0, 10_000, (4, 12))
     x = F.embedding(ids, model.token_embeddings.weight)
@@ -53,19 +55,6 @@ def test_lm_matches_reference_composition():
         x = reference_block(layer, x)
     ref = F.linear(F.rms_norm(x, (64,), model.ln_final.weight, eps=1e-5), model.lm_head.weight)
     torch.testing.assert_close(model(ids), ref, rtol=1e-5, atol=1e-5)
-
-
-def test_handout_model_matches_reference_composition():
-    """The handout's model (exported for the performance chapter) is the same function."""
-    model = tlm.HandoutTransformerLM(**REF)
-    randomize_gains(model)
-    ids = torch.randint(0, 10_000, (4, 12))
-    x = F.embedding(ids, model.token_embeddings.weight)
-    for layer in model.layers:
-        x = reference_block(layer, x)
-    ref = F.linear(F.rms_norm(x, (64,), model.ln_final.weight, eps=1e-5), model.lm_head.weight)
-    torch.testing.assert_close(model(ids), ref, rtol=1e-5, atol=1e-5)
-    assert list(model.state_dict()) == list(tlm.TransformerLM(**REF).state_dict())
 
 
 def test_state_dict_keys_exactly():
@@ -78,6 +67,7 @@ def test_state_dict_keys_exactly():
         expected.update({f"layers.{i}.{k}": v for k, v in shapes.items()})
     assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == expected
     assert isinstance(model.layers, torch.nn.ModuleList)
+    assert list(tlm.HandoutTransformerLM(**REF).state_dict()) == list(model.state_dict())
 
 
 def test_strict_load_of_contract_state_dict_and_compile_prefix():
