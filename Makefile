@@ -12,6 +12,17 @@ STAMP := $(VENV)/.installed
 JB := $(VENV)/bin/jupyter-book
 endif
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
+# Two workers (one per core here), each notebook whole on one worker (tests/conftest.py);
+# one thread each, so that the two do not fight over the cores (`make test JOBS=1` for one).
+JOBS ?= 2
+PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --dist loadgroup
+# `make test NB=chapters/05_rmsnorm.ipynb`: that chapter's outputs and its module's tests.
+ifdef NB
+TESTS := $(NB) $(wildcard $(patsubst %,tests/test_%.py,$(shell sed -n 's/.*#| default_exp \([a-z_]*\).*/\1/p' $(NB))))
+PYTEST := $(PY) -m pytest
+else
+TESTS := tests chapters
+endif
 
 .PHONY: setup export check-export test book execute clean
 
@@ -33,7 +44,7 @@ check-export: $(STAMP)
 
 # Unit tests and every stored notebook output (nbval, strict), in one pytest run.
 test: check-export
-	$(PY) -m pytest tests chapters $(NBVAL)
+	$(PYTEST) $(TESTS) $(NBVAL)
 
 book: $(STAMP)
 	$(JB) build . --all -W --keep-going

@@ -1,14 +1,18 @@
-"""Two of CS336's §7 experiments on Shakespeare: a learning-rate sweep and architecture
-ablations, each run by `python -m tlm.train`; the validation curves go to a results file
-that the "Training on text" chapter plots.
+"""CS336 §7's experiments on Shakespeare, each run by `tlm train`: a learning-rate sweep up to
+rates that diverge, batch sizes at an equal number of tokens, and architecture ablations
+(no RMSNorm, post-norm, no RoPE, SiLU instead of SwiGLU at the same number of weights).
+Every run's training and held-out curves, exit status and wall time go to one results file,
+with the command and the machine, which the "Training on text" chapter plots.
 
 Usage: python benchmarks/experiments.py [--steps 300] [--out tlm/shakespeare_experiments.json]
-The plays are prepared as in the chapter (vocabulary 4,096); every run has the chapter's
-model and differs from it in one option only.
+The plays are prepared as `tlm data shakespeare` does (vocabulary 4,096); every run has the
+chapter's model and differs from the base run (batch 32, peak rate 3e-3) in one setting.
+About 35 minutes on a 2-core CPU.
 """
 
 import argparse
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -18,68 +22,76 @@ from pathlib import Path
 
 import torch
 
-from tlm.train import write_shakespeare
+from tlm.train import prepare_shakespeare
+from tlm.utils import _replace_atomically
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ["--context-length", "128", "--d-model", "128", "--num-layers", "4",
-         "--num-heads", "4", "--d-ff", "352", "--batch-size", "32"]
-LRS = [3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1]
-ABLATIONS = [("no_rmsnorm", 3e-3), ("no_rmsnorm", 1e-2), ("no_rope", 3e-3)]
+         "--num-heads", "4", "--d-ff", "352"]
+BASE = {"lr": 3e-3, "batch_size": 32, "ablation": "none"}
+LRS = [1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 1.0, 3.0]
+BATCH_SIZES = [8, 16, 32, 64, 128]
+ABLATIONS = ["no_rmsnorm", "post_norm", "no_rope", "silu_ffn"]
 
 
-def run(*args) -> None:
-    subprocess.run([sys.executable, *map(str, args)], check=True, cwd=ROOT)
+def settings() -> list[dict]:
+    """One dict per run: the base run, then each experiment's changes to it."""
+    runs = [dict(BASE, experiment="learning rate", lr=lr) for lr in LRS]
+    runs += [dict(BASE, experiment="batch size", batch_size=b)
+             for b in BATCH_SIZES if b != BASE["batch_size"]]
+    runs += [dict(BASE, experiment="ablation", ablation=a) for a in ABLATIONS]
+    return runs
 
 
-def prepare(data: Path, vocab_size: int) -> None:
-    write_shakespeare(data)
-    eot = ["--special-token", "<|endoftext|>", "--quiet"]
-    run("-m", "tlm.tokenizer", "train", data / "train.txt", "--vocab-size", vocab_size,
-        "--out-dir", data, *eot)
-    for split in ("train", "valid"):
-        run("-m", "tlm.tokenizer", "encode", data / f"{split}.txt", "--vocab",
-            data / "vocab.json", "--merges", data / "merges.txt", "--out",
-            data / f"{split}.npy", *eot)
-
-
-def train(data: Path, out: Path, steps: int, lr: float, ablation: str = "none") -> dict:
-    args = [*MODEL, "--steps", steps, "--warmup-steps", steps // 10, "--lr", lr,
-            "--min-lr", lr / 10, "--ablation", ablation, "--eval-every", 50,
-            "--eval-windows", 32, "--checkpoint-every", steps, "--log-every", 10]
-    result = subprocess.run([sys.executable, "-m", "tlm.train", *map(str, args),
+def train(data: Path, out: Path, steps: int, run: dict) -> dict:
+    """Train one run; the same number of tokens whatever the batch size."""
+    steps = steps * BASE["batch_size"] // run["batch_size"]
+    args = [*MODEL, "--batch-size", run["batch_size"], "--steps", steps,
+            "--warmup-steps", steps // 10, "--lr", run["lr"], "--min-lr", run["lr"] / 10,
+            "--ablation", run["ablation"], "--eval-every", steps // 6,
+            "--eval-windows", 32, "--checkpoint-every", steps, "--log-every", steps // 30]
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", "tlm", "train", *map(str, args),
                              "--data-dir", data, "--out-dir", out, "--quiet"], cwd=ROOT,
                             capture_output=True, text=True)
+    seconds = time.perf_counter() - start
     records = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
-    return {"lr": lr, "ablation": ablation, "exit_code": result.returncode,
+    tokens = run["batch_size"] * 128
+    return {**run, "steps": steps, "exit_status": result.returncode,
             "error": result.stderr.strip().splitlines()[-1] if result.returncode else None,
-            "train": [[r["step"], r["loss"]] for r in records if "loss" in r],
-            "valid": [[r["step"], r["val_loss"], r["val_bits_per_byte"]]
+            "wall_s": round(seconds, 1),
+            "train": [[r["step"] * tokens, r["loss"]] for r in records if "loss" in r],
+            "valid": [[r["step"] * tokens, r["val_loss"], r["val_bits_per_byte"]]
                       for r in records if "val_loss" in r]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=300)
-    parser.add_argument("--vocab-size", type=int, default=4096)
+    parser.add_argument("--steps", type=int, default=300,
+                        help="steps of the base run (batch 32); others see as many tokens")
     parser.add_argument("--out", default="tlm/shakespeare_experiments.json")
     args = parser.parse_args()
-    runs = []
+    runs, begin = [], time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
-        prepare(data, args.vocab_size)
-        settings = [(lr, "none") for lr in LRS] + [(lr, a) for a, lr in ABLATIONS]
-        for i, (lr, ablation) in enumerate(settings):
-            start = time.perf_counter()
-            runs.append(train(data, Path(tmp) / f"run{i}", args.steps, lr, ablation))
-            last = runs[-1]["valid"][-1]
-            print(f"lr {lr:g} {ablation}: step {last[0]} loss {last[1]:.3f} "
-                  f"({time.perf_counter() - start:.0f} s)", flush=True)
+        prepare_shakespeare(data)  # what `tlm data shakespeare` writes
+        for i, run in enumerate(settings()):
+            runs.append(train(data, Path(tmp) / f"run{i}", args.steps, run))
+            r = runs[-1]
+            print(f"{r['experiment']}: lr {r['lr']:g}, batch {r['batch_size']}, "
+                  f"{r['ablation']}: held-out {r['valid'][-1][1]:.3f} at "
+                  f"{r['valid'][-1][0]:,} tokens, exit {r['exit_status']} "
+                  f"({r['wall_s']:.0f} s)", flush=True)
     result = {"command": " ".join(["python benchmarks/experiments.py", *sys.argv[1:]]),
-              "model": " ".join(MODEL), "steps": args.steps,
-              "vocab_size": args.vocab_size, "torch": torch.__version__,
-              "machine": f"{platform.machine()}, {torch.get_num_threads()} threads",
+              "model": " ".join(MODEL), "base": BASE, "steps": args.steps,
+              "tokens_per_run": args.steps * BASE["batch_size"] * 128,
+              "torch": torch.__version__,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, "
+                         f"{torch.get_num_threads()} threads",
+              "wall_s": round(time.perf_counter() - begin),
               "runs": runs}
-    Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    with _replace_atomically(args.out, "w") as f:
+        f.write(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":

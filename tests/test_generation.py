@@ -192,3 +192,16 @@ def test_bad_inputs():
         tlm.KVCache(model, capacity=65)
     with pytest.raises(ValueError, match="capacity must be a positive int, got 0"):
         tlm.KVCache(model, capacity=0)
+
+
+def test_a_tiny_temperature_is_greedy_not_a_crash():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50) * 20
+    for temperature in (1e-45, 1e-30, 1e-8):
+        assert torch.equal(tlm.sample_next(logits, temperature,
+                                           generator=torch.Generator().manual_seed(0)),
+                           logits.argmax(dim=-1))
+    ties = torch.tensor([[1.0, 5.0, 5.0, 0.0]])  # a tie stays a draw between the two
+    drawn = {tlm.sample_next(ties, 1e-40, generator=torch.Generator().manual_seed(s)).item()
+             for s in range(20)}
+    assert drawn == {1, 2}

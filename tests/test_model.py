@@ -184,3 +184,11 @@ def test_buffers_grow_linearly_with_the_context():
     assert nbytes(long) == 16 * nbytes(short)  # linear in the context length
     # the RoPE tables: cos and sin, (context, d_k / 2) float32, one pair for all layers
     assert nbytes(long) == 2 * 16_384 * (512 // 8 // 2) * 4
+
+
+@pytest.mark.parametrize("attn_implementation", ["eager", "sdpa"])
+def test_an_empty_sequence_is_refused_naming_its_length(attn_implementation):
+    model = tlm.TransformerLM(100, 16, 32, 1, 2, 64, 10000.0,
+                              attn_implementation=attn_implementation)
+    with pytest.raises(ValueError, match=r"1 <= seq <= context_length=16, got shape \(2, 0\)"):
+        model(torch.zeros(2, 0, dtype=torch.long))

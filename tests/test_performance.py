@@ -85,7 +85,7 @@ def test_causal_bias_by_hand_and_no_mask_buffers():
     assert {name.split(".")[-1] for name, _ in model.named_buffers()} == {"cos", "sin"}
 
 
-@pytest.mark.parametrize("impl", ["eager", "sdpa"])  # sdpa: what `tlm.train --compile` compiles
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])  # sdpa: what `tlm train --compile` compiles
 def test_torch_compile_fullgraph_matches_eager(impl):
     torch._dynamo.reset()
     model = tlm.TransformerLM(**CONFIG, attn_implementation=impl)

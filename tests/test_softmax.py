@@ -90,3 +90,10 @@ def test_16_bit_inputs_are_computed_in_float32(dtype):
     (ref,) = torch.autograd.grad(F.softmax(low.double(), -1), low, g.double())
     assert grad.dtype == dtype
     torch.testing.assert_close(grad.float(), ref.float(), rtol=2 * step, atol=1e-3)
+
+
+def test_an_empty_dimension_gives_an_empty_result_as_torch_does():
+    for shape, dim in (((2, 0), -1), ((0, 5), -1), ((3, 0, 4), 1)):
+        x = torch.zeros(shape, requires_grad=True)
+        y = tlm.softmax(x, dim)
+        assert y.shape == torch.softmax(x, dim).shape == shape

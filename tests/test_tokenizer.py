@@ -17,7 +17,7 @@ import regex
 import tlm
 from tlm.tokenizer import (CHAR_TO_BYTE, GPT2_PATTERN, Tokenizer, chunk_boundaries,
                            load_tiktoken_ranks, package_data_path, read_merges, read_vocab,
-                           train_bpe)
+                           train_bpe, write_merges, write_vocab)
 
 tiktoken = pytest.importorskip("tiktoken", reason="tiktoken is pinned in requirements.txt")
 EOT = "<|endoftext|>"
@@ -427,7 +427,7 @@ def test_bad_input_to_the_tokenizer(gpt2):
 # ---- the command line ----
 
 def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "tlm.tokenizer", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "tlm", "tokenizer", *args], cwd=cwd,
                           capture_output=True, text=True)
 
 
@@ -463,6 +463,15 @@ def test_command_line_reports_bad_input_without_a_traceback(tmp_path):
     assert done.returncode == 2 and done.stderr.startswith("error: ")
     assert not (tmp_path / "ids.npy").exists()
     assert _cli("--help", cwd=tmp_path).returncode == 0
+    # a special token the vocabulary lacks would get an id past it: refused, naming both
+    (tmp_path / "bpe").mkdir()
+    write_vocab({i: bytes([i]) for i in range(256)}, tmp_path / "bpe" / "vocab.json")
+    write_merges([], tmp_path / "bpe" / "merges.txt")
+    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
+                "bpe/merges.txt", "--special-token", EOT, "--out", "ids.npy", cwd=tmp_path)
+    assert done.returncode == 2 and not (tmp_path / "ids.npy").exists()
+    assert done.stderr.strip() == (f"error: --special-token {EOT!r} is not in bpe/vocab.json: "
+                                   "the tokenizer was trained without it")
 
 
 def test_encode_file_refuses_vocabularies_past_uint16(tmp_path, gpt2):
@@ -470,3 +479,40 @@ def test_encode_file_refuses_vocabularies_past_uint16(tmp_path, gpt2):
     (tmp_path / "t.txt").write_text("hi", encoding="utf-8")
     with pytest.raises(ValueError, match="do not fit uint16"):
         tlm.tokenizer.encode_file(big, tmp_path / "t.txt", tmp_path / "ids.npy")
+
+
+def test_a_one_byte_special_token_keeps_its_byte_id(tmp_path):
+    """A special token that is already a byte must not get a second id."""
+    (tmp_path / "c.txt").write_text("hello world\nhello there\n" * 50, encoding="utf-8")
+    vocab, merges = train_bpe(tmp_path / "c.txt", 270, ["\n"])
+    assert [i for i, b in vocab.items() if b == b"\n"] == [10]
+    assert len(set(vocab.values())) == len(vocab)
+    assert sorted(vocab) == list(range(len(vocab)))  # ids stay contiguous
+    tok = Tokenizer(vocab, merges, ["\n"])
+    assert tok.encode("hello\nthere").count(10) == 1
+    write_vocab(vocab, tmp_path / "v.json")
+    assert read_vocab(tmp_path / "v.json") == vocab  # round-trips, nothing lost
+    with pytest.raises(ValueError, match="two ids to the same bytes"):
+        write_vocab({**vocab, 999: b"\n"}, tmp_path / "bad.json")
+    assert not (tmp_path / "bad.json").exists()
+
+
+def test_no_chunk_boundary_falls_inside_a_longer_special_token(tmp_path):
+    specials = ["<|b|>", "<|a|><|b|>"]  # the first is split on; the second contains it
+    text = "".join(f"document {i} has some words in it. <|a|><|b|>" for i in range(3000))
+    path = tmp_path / "c.txt"
+    path.write_text(text, encoding="utf-8")
+    data = text.encode("utf-8")
+    bounds = chunk_boundaries(path, 16, b"<|b|>", [s.encode() for s in specials])
+    assert len(bounds) > 10
+    for cut in bounds[1:-1]:  # each cut right after a whole <|a|><|b|>
+        assert data[:cut].endswith(b"<|a|><|b|>")
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], specials)
+    expected = tok.encode(text)
+    assert expected.count(257) == 3000  # the longer token, every time
+    for n in (1, 2, 4):
+        count = tlm.encode_file(tok, path, tmp_path / f"{n}.npy", num_processes=n)
+        assert count == len(expected)
+        assert np.array_equal(np.load(tmp_path / f"{n}.npy"), expected)
+    one = train_bpe(path, 300, specials, num_processes=1)
+    assert train_bpe(path, 300, specials, num_processes=4) == one

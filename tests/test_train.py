@@ -1,4 +1,5 @@
-"""tlm.train: the corpus, get_batch, evaluation and the `python -m tlm.train` command line.
+"""tlm.train and the command line: the corpus, get_batch, evaluation, `tlm train`,
+`tlm generate`, `tlm data` and `tlm doctor`.
 
 The runs here use a byte-level vocabulary and a 2-layer model of width 32, so that the
 resume and kill tests take seconds.
@@ -20,8 +21,9 @@ import torch.nn.functional as F
 
 import tlm
 from tlm.tokenizer import write_merges, write_vocab
-from tlm.train import (HELD_OUT, _main, evaluate, get_batch, play_text,
-                       shakespeare_splits, token_bytes, train_model)
+from tlm.cli import main
+from tlm.train import (HELD_OUT, evaluate, get_batch, play_text, shakespeare_splits,
+                       token_bytes, train_model)
 
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--context-length", "16", "--d-model", "32", "--num-layers", "2",
@@ -46,8 +48,13 @@ def data_dir(tmp_path) -> Path:
     return d
 
 
+def _main(argv: list[str]) -> int:
+    """`tlm train ARGV...` in this process."""
+    return main(["train", *argv])
+
+
 def run_cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tlm.train", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "tlm", "train", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
@@ -185,7 +192,7 @@ def test_split_run_equals_uninterrupted_run_bit_for_bit(data_dir, tmp_path):
 def test_a_killed_run_resumes_from_its_last_checkpoint(data_dir, tmp_path):
     args = [*TINY, "--data-dir", data_dir, "--steps", 400, "--checkpoint-every", 7,
             "--eval-every", 1000]
-    proc = subprocess.Popen([sys.executable, "-m", "tlm.train", *map(str, args),
+    proc = subprocess.Popen([sys.executable, "-m", "tlm", "train", *map(str, args),
                              "--out-dir", tmp_path / "k"], cwd=ROOT)
     log, deadline = tmp_path / "k/log.jsonl", time.monotonic() + 120
     while time.monotonic() < deadline:
@@ -253,10 +260,10 @@ def test_train_model_checks_the_data_files_exist(tmp_path):
         train_model(config, progress=False)
 
 
-# --- python -m tlm.generate -----------------------------------------------------------
+# --- tlm generate ---------------------------------------------------------------------
 
 def run_generate(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tlm.generate", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "tlm", "generate", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
@@ -291,8 +298,11 @@ def test_generate_samples_reproducibly_and_the_cache_changes_nothing(run_dir):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--top-p", 1.5], "top_p must be in (0, 1]"),
-    (["--max-new-tokens", -1], "max_new_tokens must be an int >= 0, got -1"),
+    (["--top-p", 1.5], "--top-p must be in (0, 1], got 1.5"),
+    (["--temperature", -1], "--temperature must be >= 0, got -1.0"),
+    (["--temperature", "nan"], "--temperature must be >= 0, got nan"),
+    (["--max-new-tokens", -1], "--max-new-tokens must be at least 1, got -1"),
+    (["--max-new-tokens", 0], "--max-new-tokens must be at least 1, got 0"),
     (["--num-samples", 0], "--num-samples must be at least 1"),
     (["--device", "nodevice"], "device:"),
 ])
@@ -308,14 +318,21 @@ def test_generate_refuses_a_checkpoint_without_settings(tmp_path):
     assert missing.returncode == 2 and "No such file" in missing.stderr
     torch.save({"model": {}}, tmp_path / "bare.pt")
     bare = run_generate(tmp_path / "bare.pt")
-    assert bare.returncode == 2 and "not a checkpoint of python -m tlm.train" in bare.stderr
+    assert bare.returncode == 2 and "not a checkpoint of tlm train" in bare.stderr
 
 
-def test_the_generate_module_defines_no_public_names():
-    """Importing a submodule named tlm.generate would replace the function tlm.generate."""
-    text = (ROOT / "tlm" / "generate.py").read_text()
-    assert "__all__ = []" in text
-    assert callable(tlm.generate) and tlm.generate.__module__ == "tlm.generation"
+def test_importing_every_submodule_replaces_no_function():
+    """A submodule named like a function (tlm.generate) would replace it when imported."""
+    code = ("import importlib, pkgutil, tlm\n"
+            "before = {k: v for k, v in vars(tlm).items() if callable(v)}\n"
+            "for m in pkgutil.iter_modules(tlm.__path__):\n"
+            "    if m.name != '__main__':\n"
+            "        importlib.import_module('tlm.' + m.name)\n"
+            "changed = [k for k, v in before.items() if getattr(tlm, k) is not v]\n"
+            "print(changed, type(tlm.generate).__name__, tlm.generate.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.stdout.strip() == "[] function tlm.generation", out.stderr
 
 
 def test_resume_refuses_a_checkpoint_without_settings(data_dir, tmp_path, capsys):
@@ -324,4 +341,162 @@ def test_resume_refuses_a_checkpoint_without_settings(data_dir, tmp_path, capsys
     code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path,
                                 "--resume"])))
     assert code == 2
-    assert "is not a checkpoint of python -m tlm.train" in capsys.readouterr().err
+    assert "is not a checkpoint of tlm train" in capsys.readouterr().err
+
+
+# --- options are checked first, then the files ----------------------------------------
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr", -1], "--lr must be a positive number, got -1.0"),
+    (["--steps", 1], "--warmup-steps must be at most --steps (1), got 2"),
+    (["--steps", 0], "--steps must be a positive int, got 0"),
+    (["--stop-at", 0], "--stop-at must be a positive int, got 0"),
+    (["--stop-at", -5], "--stop-at must be a positive int, got -5"),
+    (["--stop-at", 500], "--stop-at must be at most --steps (400), got 500"),
+    (["--max-minutes", 0], "--max-minutes must be a positive number (leave it out for no limit), got 0.0"),
+    (["--max-minutes", -1], "--max-minutes must be a positive number (leave it out for no limit), got -1.0"),
+    (["--min-lr", 1], "--min-lr must be at most --lr (0.003), got 1.0"),
+    (["--beta2", 1], "--beta2 must be in [0, 1), got 1.0"),
+    (["--weight-decay", "nan"], "--weight-decay must be a number >= 0, got nan"),
+])
+def test_bad_options_are_refused_before_any_file_is_read_or_written(tmp_path, capsys,
+                                                                     args, message):
+    out = tmp_path / "run"
+    code = _main(list(map(str, [*TINY, "--data-dir", tmp_path / "none", "--out-dir", out,
+                                *args])))
+    assert code == 2 and capsys.readouterr().err == f"error: {message}\n"
+    assert not out.exists()
+
+
+def test_missing_files_are_named(data_dir, tmp_path, capsys):
+    assert _main(list(map(str, [*TINY, "--out-dir", tmp_path / "r", "--resume"]))) == 2
+    assert capsys.readouterr().err == f"error: --resume: there is no checkpoint at {tmp_path / 'r' / 'checkpoint.pt'}\n"
+    (data_dir / "valid.npy").unlink()
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path / "r"]))) == 2
+    assert capsys.readouterr().err == (f"error: --data-dir {data_dir} has no valid.npy "
+                                       f"(`tlm data shakespeare {data_dir}` writes one)\n")
+
+
+@pytest.mark.parametrize("name", ["cuda", "mps"])
+def test_a_device_this_machine_lacks_is_one_line(data_dir, tmp_path, name):
+    mps = getattr(torch.backends, "mps", None)
+    have = torch.cuda.is_available() if name == "cuda" else bool(mps and mps.is_available())
+    result = run_cli(*TINY, "--data-dir", data_dir, "--out-dir", tmp_path / "r", "--steps", 2,
+                     "--device", name)
+    if have:  # the device works here: the run trains on it
+        assert result.returncode == 0, result.stderr
+    else:
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith(f"error: device: {name} is not available here")
+
+
+def test_a_run_without_endoftext_samples_from_a_prompt(tmp_path):
+    d = tmp_path / "data"
+    d.mkdir()
+    write_vocab({i: bytes([i]) for i in range(256)}, d / "vocab.json")  # no special token
+    write_merges([], d / "merges.txt")
+    ids = np.frombuffer(b"to be or not to be. " * 300, dtype=np.uint8).astype(np.uint16)
+    np.save(d / "train.npy", ids[:5000])
+    np.save(d / "valid.npy", ids[5000:])
+    assert _main(list(map(str, [*TINY, "--data-dir", d, "--out-dir", tmp_path / "run",
+                                "--steps", 5]))) == 0
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    sample = run_generate(ckpt, "--prompt", "to be", "--max-new-tokens", 10, "--temperature", 0)
+    assert sample.returncode == 0 and sample.stdout.startswith("to be")
+    model, tokenizer = tlm.train.load_run(ckpt)
+    assert tokenizer.special_tokens == [] and len(tokenizer.vocab) == 256
+    bare = run_generate(ckpt)
+    assert bare.returncode == 2 and "--prompt is needed" in bare.stderr
+    # a checkpoint next to another run's larger vocabulary is refused
+    write_vocab(byte_vocab() | {257: b"xy"}, tmp_path / "run" / "vocab.json")
+    write_merges([(b"x", b"y")], tmp_path / "run" / "merges.txt")
+    other = run_generate(ckpt, "--prompt", "to")
+    assert other.returncode == 2 and "the tokenizer of another run?" in other.stderr
+
+
+# --- tlm data, tlm doctor, python -m tlm ----------------------------------------------
+
+def fake_prepare(out_dir, vocab_size, num_processes=None, progress=False, fail=False):
+    for name in ("train.txt", "valid.txt", "vocab.json", "merges.txt", "train.npy"):
+        (Path(out_dir) / name).write_text(f"{name} {vocab_size}")
+    if fail:
+        raise OSError("disk full")
+    (Path(out_dir) / "valid.npy").write_text("valid")
+    return {"train": 10, "valid": 2}
+
+
+def test_data_writes_every_file_or_none(tmp_path, monkeypatch, capsys):
+    import tlm.cli
+    out = tmp_path / "data"
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare",
+                        lambda *a, **k: fake_prepare(*a, **k, fail=True))
+    assert main(["data", "shakespeare", str(out), "--quiet"]) == 2
+    assert capsys.readouterr().err == "error: disk full\n"
+    assert list(tmp_path.iterdir()) == []  # neither DIR nor a temporary directory
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
+    assert main(["data", "shakespeare", str(out), "--vocab-size", "300"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["merges.txt", "train.npy", "train.txt",
+                                                     "valid.npy", "valid.txt", "vocab.json"]
+    assert (out / "vocab.json").read_text() == "vocab.json 300"
+    assert [p.name for p in tmp_path.iterdir()] == ["data"]
+    capsys.readouterr()
+    assert main(["data", "shakespeare", str(out), "--vocab-size", "500"]) == 2
+    assert capsys.readouterr().err == (f"error: DIR {out} is not empty: choose another, or "
+                                       "pass --force to replace its data files\n")
+    assert (out / "vocab.json").read_text() == "vocab.json 300"  # untouched
+    assert main(["data", "shakespeare", str(out), "--vocab-size", "500", "--force"]) == 0
+    assert (out / "vocab.json").read_text() == "vocab.json 500"
+
+
+def test_usage_errors_are_one_line_with_status_2():
+    for args in (["data", "tinystories", "d"], ["train", "--no-such-option"], ["frobnicate"], []):
+        result = subprocess.run([sys.executable, "-m", "tlm", *args], capture_output=True,
+                                text=True, cwd=ROOT, timeout=120)
+        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
+        assert result.stderr.startswith("error: ")
+    assert "invalid choice: 'tinystories'" in subprocess.run(
+        [sys.executable, "-m", "tlm", "data", "tinystories", "d"], capture_output=True,
+        text=True, cwd=ROOT).stderr
+
+
+def test_doctor_reports_what_is_installed():
+    result = subprocess.run([sys.executable, "-m", "tlm", "doctor"], capture_output=True,
+                            text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 0, result.stdout
+    rows = {line.split()[0]: line.split()[1] for line in result.stdout.splitlines()}
+    assert rows["torch"] == torch.__version__ and rows["numpy"] == np.__version__
+    assert rows["python"] == ".".join(map(str, sys.version_info[:3]))
+    assert rows["device"] == str(tlm.get_device())
+    if torch.cuda.is_available():
+        assert rows["cuda:0"] == torch.cuda.get_device_name(0).split()[0]
+    else:
+        assert rows["cuda"] == "no"
+
+
+def test_resume_drops_an_incomplete_last_log_line(data_dir, tmp_path, capsys):
+    common = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path / "r", "--steps", 10,
+              "--checkpoint-every", 5, "--eval-every", 5]
+    assert _main(list(map(str, [*common, "--stop-at", 5]))) == 0
+    log = tmp_path / "r" / "log.jsonl"
+    log.write_text(log.read_text() + '{"step": 6, "loss": 4.')  # a disk that filled up
+    capsys.readouterr()
+    assert _main(list(map(str, [*common, "--resume"]))) == 0
+    assert f"{log}: dropped an incomplete last line" in capsys.readouterr().err
+    steps = [r["step"] for r in map(json.loads, log.read_text().splitlines()) if "loss" in r]
+    assert steps == list(range(1, 11))
+    log.write_text('{"step": 1\n' + log.read_text())  # damage before the end is refused
+    assert _main(list(map(str, [*common, "--resume"]))) == 2
+    assert f"{log} line 1 is not a JSON record" in capsys.readouterr().err
+
+
+def test_resume_refuses_another_tokenizer_and_a_fresh_run_never_overwrites(data_dir, tmp_path,
+                                                                           capsys):
+    common = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path / "r", "--steps", 4]
+    assert _main(list(map(str, common))) == 0
+    before = (tmp_path / "r" / "checkpoint.pt").read_bytes()
+    assert _main(list(map(str, common))) == 2
+    assert "already holds a run: --resume continues it" in capsys.readouterr().err
+    write_vocab(byte_vocab() | {257: b"xy"}, data_dir / "vocab.json")
+    assert _main(list(map(str, [*common, "--resume"]))) == 2
+    assert "has another tokenizer than the run: its vocab.json differs" in capsys.readouterr().err
+    assert (tmp_path / "r" / "checkpoint.pt").read_bytes() == before

@@ -35,7 +35,8 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_p: float | None = 
     """
     if temperature == 0:
         return logits.argmax(dim=-1)
-    probs = softmax(logits.float() / temperature, dim=-1)
+    logits = logits.float()  # the max first: a tiny temperature cannot overflow then
+    probs = softmax((logits - logits.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
     if top_p is not None:
         probs = top_p_filter(probs, top_p)
     flat = probs.reshape(-1, probs.shape[-1])

@@ -105,8 +105,8 @@ class TransformerLM(nn.Module):
                 ) -> Float[Tensor, "... seq vocab_size"]:
         """Unnormalized next-token scores (logits) at every position."""
         _check_index_tensor("token_ids", token_ids, self.vocab_size, "vocab_size")
-        if token_ids.ndim == 0 or token_ids.shape[-1] > self.context_length:
-            raise ValueError("token_ids must have shape (..., seq) with seq <= "
+        if token_ids.ndim == 0 or not 1 <= token_ids.shape[-1] <= self.context_length:
+            raise ValueError("token_ids must have shape (..., seq) with 1 <= seq <= "
                              f"context_length={self.context_length}, "
                              f"got shape {tuple(token_ids.shape)}")
         x = self.token_embeddings(token_ids)

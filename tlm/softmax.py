@@ -52,4 +52,6 @@ def softmax(x: Float[Tensor, "..."], dim: int) -> Float[Tensor, "..."]:
     if isinstance(dim, bool) or not isinstance(dim, int) or not -n <= dim < n:
         raise ValueError(f"dim must be an int in [{-n}, {n}) for x of shape "
                          f"{tuple(x.shape)}, got {dim!r}")
+    if x.ndim and x.shape[dim] == 0:  # nothing to normalize: empty, as torch.softmax
+        return x.clone()
     return _Softmax.apply(x, dim)

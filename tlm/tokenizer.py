@@ -111,10 +111,12 @@ def _read_chunk(args) -> Counter:
     return _count_pretokens(_read_text(path, start, end), special_tokens)
 
 
-def chunk_boundaries(path, n_chunks: int, split_token: bytes) -> list[int]:
+def chunk_boundaries(path, n_chunks: int, split_token: bytes,
+                     special_tokens: list[bytes] = ()) -> list[int]:
     """Byte offsets that cut a file into about n_chunks pieces, each cut at the start of
     `split_token`, so that no pre-token and no special token is cut ([0, size] if
-    there is none)."""
+    there is none). Where one of `special_tokens` contains the split token and covers
+    the cut, the cut moves to the end of that longer token."""
     size = os.path.getsize(path)
     if n_chunks <= 1 or not split_token:
         return [0, size]
@@ -130,8 +132,9 @@ def chunk_boundaries(path, n_chunks: int, split_token: bytes) -> list[int]:
                 window += block
                 found = window.find(split_token)
                 if found >= 0:
-                    if offset + found > bounds[-1]:
-                        bounds.append(offset + found)
+                    cut = _outside_specials(f, offset + found, special_tokens)
+                    if bounds[-1] < cut < size:
+                        bounds.append(cut)
                     break
                 keep = len(split_token) - 1
                 offset += len(window) - keep
@@ -139,13 +142,34 @@ def chunk_boundaries(path, n_chunks: int, split_token: bytes) -> list[int]:
     return bounds + [size]
 
 
+def _outside_specials(f, cut: int, special_tokens: list[bytes]) -> int:
+    """`cut`, or the end of a special token whose occurrence in file f spans it."""
+    longest = max(map(len, special_tokens), default=0)
+    moved = True
+    while moved:
+        moved = False
+        f.seek(max(0, cut - longest))
+        start, data = f.tell(), f.read(2 * longest)
+        for token in special_tokens:
+            at = data.find(token)
+            while at >= 0:
+                if start + at < cut < start + at + len(token):
+                    cut, moved = start + at + len(token), True
+                    break
+                at = data.find(token, at + 1)
+            if moved:
+                break
+    return cut
+
+
 def _over_chunks(path, special_tokens: list[str], num_processes, worker, extra=(),
                  initializer=None, initargs=(), desc="", progress=False) -> Iterator:
     """worker((path, start, end, *extra)) for each chunk of a file cut at the first
     special token, in file order; in worker processes when there are several of both."""
     n = num_processes if num_processes is not None else (os.cpu_count() or 1)
-    split = special_tokens[0].encode("utf-8") if special_tokens else b""
-    bounds = chunk_boundaries(path, max(1, 4 * n), split)
+    specials = [t.encode("utf-8") for t in special_tokens]
+    bounds = chunk_boundaries(path, max(1, 4 * n), specials[0] if specials else b"",
+                              specials)
     jobs = [(str(path), s, e, *extra) for s, e in zip(bounds, bounds[1:]) if e > s]
     with _progress(len(jobs), desc, progress) as bar:
         if n <= 1 or len(jobs) <= 1:
@@ -201,19 +225,22 @@ def train_bpe(input_path, vocab_size: int, special_tokens: list[str],
         vocab_size: the final vocabulary: 256 bytes, the special tokens, the merges.
         special_tokens: strings that split the text and get one id each, never merged.
         num_processes: processes counting pre-tokens (default: one per CPU core); the
-            file is cut into chunks at occurrences of the first special token.
+            file is cut into chunks at occurrences of the first special token, never
+            inside a special token.
         progress: show progress bars (tqdm).
     Returns:
-        vocab (id -> bytes: ids 0-255 the bytes, then the special tokens, then one id
-        per merge) and the merges in the order made. Ties between equally frequent pairs
+        vocab (id -> bytes: ids 0-255 the bytes, then the special tokens longer than
+        one byte, then one id per merge) and the merges in the order made. Ties between equally frequent pairs
         go to the lexicographically greater pair.
     """
     specials = _check_special_tokens(special_tokens)
+    # a special token that is one byte (such as "\n") keeps that byte's id
+    new = [t for t in specials if len(t.encode("utf-8")) > 1]
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int):
         raise TypeError(f"vocab_size must be an int, got {type(vocab_size).__name__}")
-    if vocab_size < 256 + len(specials):
-        raise ValueError(f"vocab_size must be at least 256 + {len(specials)} special "
-                         f"tokens = {256 + len(specials)}, got {vocab_size}")
+    if vocab_size < 256 + len(new):
+        raise ValueError(f"vocab_size must be at least 256 + {len(new)} special "
+                         f"tokens = {256 + len(new)}, got {vocab_size}")
     if num_processes is not None and (isinstance(num_processes, bool)
                                       or not isinstance(num_processes, int)
                                       or num_processes < 1):
@@ -227,7 +254,7 @@ def train_bpe(input_path, vocab_size: int, special_tokens: list[str],
     counts = _count_file(path, specials, num_processes, progress)
 
     vocab = {i: bytes([i]) for i in range(256)}
-    for token in specials:
+    for token in new:
         vocab[len(vocab)] = token.encode("utf-8")
     merges: list[tuple[bytes, bytes]] = []
     # every distinct pre-token as a list of ids, with its count
@@ -546,6 +573,8 @@ def read_merges(path) -> list[tuple[bytes, bytes]]:
 
 def write_vocab(vocab: dict[int, bytes], path) -> None:
     table = {_to_text(b): i for i, b in sorted(vocab.items())}
+    if len(table) != len(vocab):  # vocab.json maps a token to one id: it would lose one
+        raise ValueError("vocab maps two ids to the same bytes: it cannot be written")
     with _replace_atomically(path, "w") as f:
         f.write(json.dumps(table, ensure_ascii=False, indent=0))
 
@@ -602,8 +631,6 @@ def gpt2_tokenizer() -> "Tokenizer":
                      merges_from_ranks(ranks), ["<|endoftext|>"])
 
 
-# ---- command line: python -m tlm.tokenizer train|encode ----
-
 def _encode_chunk(args) -> bytes:
     """Ids of bytes [start, end) of a file as little-endian uint16 bytes (a worker of
     encode_file)."""
@@ -657,59 +684,3 @@ def _npy_header(count: int) -> bytes:
         header, {"descr": "<u2", "fortran_order": False, "shape": (count,)})
     assert header.tell() == 128, header.tell()
     return header.getvalue()
-
-
-def _main(argv: list[str] | None = None) -> int:
-    """The command line; returns the exit status (2 for bad input)."""
-    import argparse
-    import time
-    parser = argparse.ArgumentParser(
-        prog="python -m tlm.tokenizer",
-        description="Byte-level BPE: train on a text file, or encode one into a uint16 "
-                    ".npy array.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    train = sub.add_parser("train", help="train BPE; write vocab.json and merges.txt")
-    train.add_argument("input", help="UTF-8 text file")
-    train.add_argument("--vocab-size", type=int, required=True)
-    train.add_argument("--out-dir", required=True, help="directory for the two files")
-    encode = sub.add_parser("encode", help="encode a text file to a uint16 .npy array")
-    encode.add_argument("input", help="UTF-8 text file")
-    encode.add_argument("--vocab", required=True, help="vocab.json")
-    encode.add_argument("--merges", required=True, help="merges.txt")
-    encode.add_argument("--out", required=True, help="the .npy file to write")
-    for p in (train, encode):
-        p.add_argument("--special-token", action="append", default=[],
-                       help="a special token, e.g. '<|endoftext|>' (repeat for more)")
-        p.add_argument("--processes", type=int, default=None,
-                       help="worker processes (default: one per CPU core)")
-        p.add_argument("--quiet", action="store_true", help="no progress bars")
-    args = parser.parse_args(argv)
-    start = time.perf_counter()
-    try:
-        if args.command == "train":
-            out_dir = Path(args.out_dir)
-            out_dir.mkdir(parents=True, exist_ok=True)
-            vocab, merges = train_bpe(args.input, args.vocab_size, args.special_token,
-                                      args.processes, progress=not args.quiet)
-            write_vocab(vocab, out_dir / "vocab.json")
-            write_merges(merges, out_dir / "merges.txt")
-            print(f"{len(merges):,} merges, {len(vocab):,} tokens -> "
-                  f"{out_dir / 'vocab.json'}, {out_dir / 'merges.txt'} "
-                  f"({time.perf_counter() - start:.1f} s)")
-        else:
-            tokenizer = Tokenizer.from_files(args.vocab, args.merges,
-                                             args.special_token)
-            n = encode_file(tokenizer, args.input, args.out, args.processes,
-                            progress=not args.quiet)
-            size = Path(args.input).stat().st_size
-            print(f"{n:,} tokens ({size / max(n, 1):.2f} bytes per token) -> "
-                  f"{args.out} ({time.perf_counter() - start:.1f} s)")
-    except (ValueError, TypeError, OSError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    return 0
-
-
-# a notebook runs its cells as __main__ too: only the command line calls main()
-if __name__ == "__main__" and "ipykernel" not in sys.modules:
-    raise SystemExit(_main())

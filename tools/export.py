@@ -4,6 +4,9 @@ Directives (nbdev style), on the first lines of a code cell:
   #| default_exp NAME   once per notebook: exported cells go to tlm/NAME.py
   #| export             this cell is part of the package
 
+`default_exp cli` is the command line: `tlm/__init__.py` does not import it, and the generated
+`tlm/__main__.py` runs its `main` (`python -m tlm`, the same as the console script `tlm`).
+
 Usage:
   python tools/export.py           write tlm/
   python tools/export.py --check   exit 1 if tlm/ differs from what the chapters export
@@ -83,24 +86,18 @@ def export_notebook(path: Path) -> tuple[str, str, list[str]] | None:
     return module, text, names
 
 
-LAZY = """
+CLI = "cli"  # the command line: `tlm` and `python -m tlm`, not part of `import tlm`
+MAIN = BANNER.format(src="tools/export.py") + '''"""`python -m tlm`: the same as the console script `tlm`."""
 
-# Modules that are also command lines (`python -m tlm.NAME`) load on first use: imported
-# here, runpy would find them in sys.modules before running them as __main__.
-_LAZY = {lazy!r}
+from tlm.cli import main
 
-
-def __getattr__(name: str):
-    if name in _LAZY:
-        import importlib
-        return getattr(importlib.import_module(f".{{_LAZY[name]}}", __name__), name)
-    raise AttributeError(f"module {{__name__!r}} has no attribute {{name!r}}")
-"""
+raise SystemExit(main())
+'''
 
 
 def build() -> dict[str, str]:
     """All generated files of the package, keyed by file name."""
-    files, init_lines, seen, lazy = {}, [], {}, {}
+    files, init_lines, seen = {}, [], {}
     for path in sorted(CHAPTERS.glob("*.ipynb")):
         result = export_notebook(path)
         if result is None:
@@ -111,11 +108,14 @@ def build() -> dict[str, str]:
         seen[module] = f"chapters/{path.name}"
         files[f"{module}.py"] = text
         if 'if __name__ == "__main__"' in text:
-            lazy.update({name: module for name in names})
-        elif names:
+            raise ExportError(f"chapters/{path.name}: a module of the package is not a script; "
+                              "commands belong in the command line (chapters/21_cli.ipynb)")
+        if names and module != CLI:
             init_lines.append(f"from .{module} import {', '.join(names)}")
     init = BANNER.format(src="every chapter's default_exp") + '"""tlm: a pre-norm Transformer LM built cell by cell."""\n\n'
-    files["__init__.py"] = init + "\n".join(init_lines) + "\n" + (LAZY.format(lazy=lazy) if lazy else "")
+    files["__init__.py"] = init + "\n".join(init_lines) + "\n"
+    if CLI in seen:
+        files["__main__.py"] = MAIN
     return files
 
 
