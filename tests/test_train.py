@@ -378,16 +378,17 @@ def test_missing_files_are_named(data_dir, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", ["cuda", "mps"])
-def test_a_device_this_machine_lacks_is_one_line(data_dir, tmp_path, name):
+def test_a_device_this_machine_lacks_is_one_line(run_dir, data_dir, tmp_path, name):
     mps = getattr(torch.backends, "mps", None)
     have = torch.cuda.is_available() if name == "cuda" else bool(mps and mps.is_available())
-    result = run_cli(*TINY, "--data-dir", data_dir, "--out-dir", tmp_path / "r", "--steps", 2,
-                     "--device", name)
-    if have:  # the device works here: the run trains on it
-        assert result.returncode == 0, result.stderr
-    else:
-        assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
-        assert result.stderr.startswith(f"error: device: {name} is not available here")
+    for result in (run_cli(*TINY, "--data-dir", data_dir, "--out-dir", tmp_path / "r",
+                           "--steps", 2, "--device", name),
+                   run_generate(run_dir / "checkpoint.pt", "--device", name)):
+        if have:  # the device works here: the run trains and samples on it
+            assert result.returncode == 0, result.stderr
+        else:
+            assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+            assert result.stderr.startswith(f"error: device: {name} is not available here")
 
 
 def test_a_run_without_endoftext_samples_from_a_prompt(tmp_path):
