@@ -23,10 +23,3 @@ class RecordCalls(torch.overrides.TorchFunctionMode):
 def record_calls():
     return RecordCalls
 
-
-def pytest_collection_modifyitems(items):
-    """Under `make test`'s two workers (`--dist loadgroup`), a notebook's cells run in
-    order on one worker, in one kernel; test functions spread over both workers."""
-    for item in items:
-        if item.nodeid.startswith("chapters/"):
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

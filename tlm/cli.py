@@ -272,7 +272,7 @@ def _add_doctor(sub) -> None:
 
 
 def _doctor(args) -> int:
-    rows = [("python", platform.python_version(), sys.executable),
+    rows = [("python", platform.python_version(), "ok"),
             ("torch", torch.__version__, f"{torch.get_num_threads()} CPU threads")]
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -288,8 +288,8 @@ def _doctor(args) -> int:
     if mps is not None and mps.is_available():
         rows.append(("mps", "yes", "Apple GPU"))
     try:
-        rows.append(("device", str(_device(None)), "the default of chapters and "
-                     "commands ($TLM_DEVICE overrides)"))
+        rows.append(("device", str(_device(None)), "the default ($TLM_DEVICE "
+                     "overrides it)"))
     except ValueError as error:  # $TLM_DEVICE names a device this machine lacks
         rows.append(("device", "unusable", str(error)))
     for module, dist, use in _PACKAGES:

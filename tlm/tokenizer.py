@@ -230,8 +230,8 @@ def train_bpe(input_path, vocab_size: int, special_tokens: list[str],
         progress: show progress bars (tqdm).
     Returns:
         vocab (id -> bytes: ids 0-255 the bytes, then the special tokens longer than
-        one byte, then one id per merge) and the merges in the order made. Ties between equally frequent pairs
-        go to the lexicographically greater pair.
+        one byte, then one id per merge) and the merges in the order made. Ties
+        between equally frequent pairs go to the lexicographically greater pair.
     """
     specials = _check_special_tokens(special_tokens)
     # a special token that is one byte (such as "\n") keeps that byte's id

@@ -262,6 +262,11 @@ def check_config(config: dict) -> None:
         refuse("max_minutes", "a positive number (leave it out for no limit)")
     if config["ablation"] not in ABLATIONS:
         refuse("ablation", f"one of {ABLATIONS}")
+    if config["d_model"] % config["num_heads"]:
+        refuse("d_model", f"divisible by --num-heads ({config['num_heads']})")
+    if config["d_model"] // config["num_heads"] % 2:  # RoPE rotates pairs
+        heads = config["num_heads"]
+        refuse("d_model", f"--num-heads ({heads}) times an even head size")
 
 
 def load_tokens(path, vocab_size: int) -> np.ndarray:
@@ -270,7 +275,7 @@ def load_tokens(path, vocab_size: int) -> np.ndarray:
     if data.ndim != 1 or data.dtype.kind not in "ui":
         raise ValueError(f"{path} must hold a 1-D integer array, got {data.dtype} "
                          f"with shape {data.shape}")
-    lo, hi = 0, -1
+    lo, hi = np.iinfo(np.int64).max, -1
     for start in range(0, len(data), 1 << 22):  # 4 Mi ids at a time
         chunk = np.asarray(data[start:start + (1 << 22)])
         lo, hi = min(lo, int(chunk.min())), max(hi, int(chunk.max()))
@@ -361,8 +366,8 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             ours, theirs = out_dir / name, data_dir / name
             both = ours.exists() and theirs.exists()
             if both and ours.read_bytes() != theirs.read_bytes():
-                raise ValueError(f"--data-dir {data_dir} has another tokenizer than the "
-                                 f"run: its {name} differs from {ours}")
+                raise ValueError(f"--data-dir {data_dir} has another tokenizer "
+                                 f"than the run: its {name} differs from {ours}")
         changed = {k: (state["config"].get(k), v) for k, v in config.items()
                    if k not in RUN_OPTIONS and state["config"].get(k) != v}
         if changed:
