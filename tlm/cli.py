@@ -4,9 +4,9 @@ __all__ = ['main']
 
 import argparse
 import importlib.metadata
-import pickle
 import importlib.util
 import os
+import pickle
 import platform
 import sys
 import tempfile
