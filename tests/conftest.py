@@ -22,4 +22,3 @@ class RecordCalls(torch.overrides.TorchFunctionMode):
 @pytest.fixture
 def record_calls():
     return RecordCalls
-
