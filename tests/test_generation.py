@@ -205,3 +205,34 @@ def test_a_tiny_temperature_is_greedy_not_a_crash():
     drawn = {tlm.sample_next(ties, 1e-40, generator=torch.Generator().manual_seed(s)).item()
              for s in range(20)}
     assert drawn == {1, 2}
+
+
+def test_top_k_keeps_the_k_largest_against_sorting():
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(5, 50, dtype=torch.float64), -1)
+    for k in (1, 2, 7, 50, 80):
+        out = tlm.top_k_filter(probs, k)
+        # oracle: the k largest of each row by a full sort, renormalized
+        order = probs.argsort(dim=-1, descending=True)[:, :min(k, 50)]
+        expected = torch.zeros_like(probs).scatter(-1, order, probs.gather(-1, order))
+        torch.testing.assert_close(out, expected / expected.sum(-1, keepdim=True))
+    # a tie at the k-th value keeps every tied token
+    tied = tlm.top_k_filter(torch.tensor([0.4, 0.2, 0.2, 0.2]), 2)
+    torch.testing.assert_close(tied, torch.tensor([0.4, 0.2, 0.2, 0.2]))
+
+
+def test_top_k_then_top_p_and_draws_stay_inside():
+    probs = torch.tensor([0.1, 0.4, 0.05, 0.3, 0.15])
+    logits = probs.log().repeat(2000, 1)
+    gen = lambda: torch.Generator().manual_seed(0)
+    assert set(tlm.sample_next(logits, 1.0, generator=gen(), top_k=3).tolist()) == {1, 3, 4}
+    # top-k 3 leaves 0.4, 0.3, 0.15 (renormalized 0.47, 0.35, 0.18): top-p 0.8 keeps two
+    both = tlm.sample_next(logits, 1.0, top_p=0.8, generator=gen(), top_k=3)
+    assert set(both.tolist()) == {1, 3}
+    model = make_model(torch.float32)
+    out = tlm.generate(model, torch.tensor([1, 2]), 20, top_k=1)
+    assert torch.equal(out, tlm.generate(model, torch.tensor([1, 2]), 20, temperature=0))
+    with pytest.raises(ValueError, match="top_k must be a positive int, got 0"):
+        tlm.generate(model, torch.tensor([1, 2]), 5, top_k=0)
+    with pytest.raises(TypeError, match="top_k must be a positive int, got float"):
+        tlm.generate(model, torch.tensor([1, 2]), 5, top_k=2.0)

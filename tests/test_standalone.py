@@ -158,6 +158,12 @@ def test_chapter_runs_alone_in_a_bare_venv(bare, chapter, tmp_path):
          env=env, cwd=work, timeout=900)
     installed = _run([python, "-c", "import tlm; print(tlm.__file__)"], env=env, cwd=work)
     assert Path(installed.stdout.strip()).is_relative_to(python.parent.parent)
+    # the package data came along: the experiments' results and the Shakespeare model
+    data = _run([python, "-c", "import tlm.train as t; m = t.SHAKESPEARE_MODEL; print("
+                 "m.is_file(), m.with_name('run.json').is_file(), "
+                 "(m.parents[1] / 'shakespeare_experiments.json').is_file())"],
+                env=env, cwd=work)
+    assert data.stdout.split() == ["True", "True", "True"]
     assert sorted(p.name for p in work.iterdir()) == [stored.name], "the chapter wrote files"
     ran = _checked_outputs(nbformat.read(tmp_path / "executed.ipynb", as_version=4))
     assert ran == _checked_outputs(nbformat.read(stored, as_version=4))

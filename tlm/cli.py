@@ -18,9 +18,9 @@ import torch
 from tlm.generation import generate
 from tlm.tokenizer import (IAMBIC, WHISPER, Tokenizer, encode_file, read_vocab,
                            train_bpe, write_merges, write_vocab)
-from tlm.train import (ABLATIONS, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS,
-                       _device, _read_checkpoint, load_run, prepare_shakespeare,
-                       train_model)
+from tlm.train import (ABLATIONS, DECAY, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
+                       RUN_OPTIONS, SHAKESPEARE_MODEL, _device, _run_state, load_run,
+                       prepare_shakespeare, train_model)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,10 +145,14 @@ def _tokenizer(args) -> int:
 
 _HELP = {"vocab_size": "default: the tokenizer's",
          "ablation": f"one of {', '.join(ABLATIONS)} (default: none)",
+         "decay": "which weights --weight-decay shrinks: matrices (default: not the "
+                  "RMSNorm gains), all, or linear (nor the token embedding, unless "
+                  "tied to lm_head)",
          "stop_at": "stop at this step with a checkpoint; --resume goes on",
          "max_minutes": "stop with a checkpoint after this many minutes",
          "device": "default: $TLM_DEVICE, else cuda, else mps, else cpu",
-         "compile": "use torch.compile"}
+         "compile": "use torch.compile",
+         "tie_embeddings": "one matrix for the token embedding and lm_head"}
 _TYPES = {"vocab_size": int, "stop_at": int, "max_minutes": float, "device": str}
 
 
@@ -168,7 +172,7 @@ def _add_train(sub) -> None:
             if isinstance(default, bool):
                 group.add_argument(flag, action="store_true", help=text)
                 continue
-            choices = ABLATIONS if name == "ablation" else None
+            choices = {"ablation": ABLATIONS, "decay": DECAY}.get(name)
             group.add_argument(flag, type=_TYPES.get(name, type(default)), help=text,
                                metavar=name.upper(), choices=choices)
     p.add_argument("--resume", action="store_true", help="continue from "
@@ -185,10 +189,9 @@ def _train(args) -> int:
         ckpt = Path(given.get("out_dir", config["out_dir"])) / "checkpoint.pt"
         if not ckpt.exists():
             raise ValueError(f"--resume: there is no checkpoint at {ckpt}")
-        saved = _read_checkpoint(ckpt)
-        if isinstance(saved, dict) and isinstance(saved.get("config"), dict):
-            config.update({k: v for k, v in saved["config"].items()
-                           if k not in ("stop_at", "max_minutes")})
+        saved = _run_state(ckpt)["config"]
+        config.update({k: v for k, v in saved.items()
+                       if k not in ("stop_at", "max_minutes")})
     last = train_model({**config, **given}, resume=resume, progress=not quiet)
     if last is None:
         return 0
@@ -203,7 +206,8 @@ def _add_generate(sub) -> None:
         "generate", help="sample text from a checkpoint",
         description="Sample text from a checkpoint of `tlm train` (its run directory "
         "holds the tokenizer's vocab.json and merges.txt).")
-    p.add_argument("checkpoint", help="a run's checkpoint.pt")
+    p.add_argument("checkpoint", help="a run's checkpoint.pt, or `shakespeare` for the "
+                   "model that comes with tlm")
     p.add_argument("--prompt", default="",
                    help="text to continue (default: none, a new document)")
     p.add_argument("--max-new-tokens", type=int, default=200,
@@ -214,6 +218,9 @@ def _add_generate(sub) -> None:
     p.add_argument("--top-p", type=float, default=0.95,
                    help="sample from the smallest set of tokens with this much "
                    "probability; 1 turns it off (default: 0.95)")
+    p.add_argument("--top-k", type=int, default=None,
+                   help="sample from the K most likely tokens, then apply --top-p "
+                   "(--top-p 1 for top-k alone; default: all tokens)")
     p.add_argument("--num-samples", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None,
@@ -232,7 +239,14 @@ def _generate(args) -> int:
         raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
     if not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
-    model, tokenizer = load_run(args.checkpoint, _device(args.device))
+    if args.top_k is not None and args.top_k < 1:
+        raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
+    path = Path(args.checkpoint)
+    if path.is_dir() and (path / "checkpoint.pt").is_file():  # a run's directory
+        path = path / "checkpoint.pt"
+    elif args.checkpoint == "shakespeare" and not path.is_file():
+        path = SHAKESPEARE_MODEL
+    model, tokenizer = load_run(path, _device(args.device))
     # the end-of-text token stops a sample; a run trained without one has none
     eot = tokenizer.ids[EOT.encode()] if EOT in tokenizer.special_tokens else None
     prompt = tokenizer.encode(args.prompt)
@@ -245,7 +259,7 @@ def _generate(args) -> int:
     out = generate(model, ids, args.max_new_tokens, args.temperature,
                    None if args.top_p == 1 else args.top_p, eos_id=eot,
                    generator=torch.Generator().manual_seed(args.seed),
-                   use_cache=not args.no_cache)
+                   use_cache=not args.no_cache, top_k=args.top_k)
     for i, row in enumerate(out.tolist()):
         text = tokenizer.decode([t for t in row[len(prompt):] if t != eot])
         print(("" if i == 0 else "\n---\n") + args.prompt + text)
