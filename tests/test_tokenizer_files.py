@@ -1,0 +1,166 @@
+"""The tokenizer's files: GPT-2's vocab.json and merges.txt, tiktoken's ranks, .npy ids."""
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tlm
+from tlm.tokenizer import Tokenizer, package_data_path, train_bpe
+from tlm.tokenizer_files import (BYTE_TO_CHAR, load_tiktoken_ranks, merges_from_ranks,
+                                 read_merges, read_vocab, write_merges, write_vocab)
+
+EOT = "<|endoftext|>"
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    return tlm.gpt2_tokenizer()
+
+
+def test_the_byte_table_of_gpt2():
+    """Hand-derived: 188 printable Latin-1 bytes as themselves, the other 68 from U+0100 on."""
+    assert len(set(BYTE_TO_CHAR.values())) == 256
+    assert [b for b in range(256) if BYTE_TO_CHAR[b] == chr(b)] == [
+        *range(33, 127), *range(161, 173), *range(174, 256)]
+    assert BYTE_TO_CHAR[0] == "\u0100" and BYTE_TO_CHAR[32] == "Ġ" and BYTE_TO_CHAR[10] == "Ċ"
+    assert BYTE_TO_CHAR[127] == chr(0x100 + 33) and BYTE_TO_CHAR[173] == chr(0x100 + 67)
+
+
+# ---- files ----
+
+def test_save_and_load_round_trip_bytes_that_are_not_utf8(tmp_path, gpt2):
+    vocab = {i: bytes([i]) for i in range(256)}
+    merges = [(b"\xff", b"\xfe"), (b"\xff\xfe", b" "), (b"\xe6", b"\x97")]
+    for a, b in merges:
+        vocab[len(vocab)] = a + b
+    tok = Tokenizer(vocab, merges, [EOT])
+    tok.save(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    back = Tokenizer.from_files(tmp_path / "vocab.json", tmp_path / "merges.txt", [EOT])
+    assert back.vocab == tok.vocab and back.merges == merges
+    gpt2.save(tmp_path / "g.json", tmp_path / "g.txt")
+    assert read_vocab(tmp_path / "g.json") == gpt2.vocab
+    assert read_merges(tmp_path / "g.txt") == gpt2.merges
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "g.txt", "merges.txt",
+                                                          "vocab.json"]  # no temporary files
+
+
+def test_a_failed_save_leaves_the_previous_file(tmp_path, monkeypatch):
+    tok = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    tok.save(tmp_path / "vocab.json", tmp_path / "merges.txt")
+    before = (tmp_path / "vocab.json").read_bytes()
+
+    def fail(*args):
+        raise OSError("No space left on device")
+    monkeypatch.setattr(os, "replace", fail)
+    with pytest.raises(OSError, match="No space left"):
+        Tokenizer({**tok.vocab, 256: b"ab"}, [(b"a", b"b")]).save(
+            tmp_path / "vocab.json", tmp_path / "merges.txt")
+    assert (tmp_path / "vocab.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merges.txt", "vocab.json"]
+
+
+def test_malformed_files_name_the_file_and_line(tmp_path):
+    bad_json = tmp_path / "vocab.json"
+    bad_json.write_text('{"a": 0,\n "b": }', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"vocab\.json, line 2: not valid JSON"):
+        read_vocab(bad_json)
+    bad_json.write_text('{"a": 0, "b": 0}', encoding="utf-8")
+    with pytest.raises(ValueError, match="id 0 is given to two tokens"):
+        read_vocab(bad_json)
+    bad_json.write_text('["a"]', encoding="utf-8")
+    with pytest.raises(ValueError, match="expected a JSON object"):
+        read_vocab(bad_json)
+    merges = tmp_path / "merges.txt"
+    merges.write_text("#version: 0.2\na b\nc\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"merges\.txt, line 3: expected two tokens"):
+        read_merges(merges)
+    merges.write_text("a b\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"merge 0 \(b'a', b'b'\): b'ab' is not in the vocab"):
+        Tokenizer({i: bytes([i]) for i in range(256)}, read_merges(merges))
+
+
+# ---- tiktoken's ranks ----
+
+def test_merges_from_a_hand_made_ranks_table(tmp_path):
+    single = {bytes([b]): b for b in range(256)}
+    ranks = {**single, b"ab": 256, b"abc": 257, b"bc": 258}
+    # "abc": with ranks below 257, a·b·c merges to ab·c and stops there
+    assert merges_from_ranks(ranks) == [(b"a", b"b"), (b"ab", b"c"), (b"b", b"c")]
+    with pytest.raises(ValueError, match=r"token b'abc' \(rank 256\) is no merge"):
+        merges_from_ranks({**single, b"abc": 256})
+    path = tmp_path / "t.tiktoken"
+    path.write_bytes(b"YWI= 256\n\nYWJj 257\n")  # base64 of ab and abc, a blank line
+    assert load_tiktoken_ranks(path) == {b"ab": 256, b"abc": 257}
+    path.write_bytes(b"YWI= 256\nnot-base64! 3\n")
+    with pytest.raises(ValueError, match=r"t\.tiktoken, line 2: expected a base64 token"):
+        load_tiktoken_ranks(path)
+
+
+def test_gpt2_merges_are_its_ranks_in_order(gpt2):
+    path = package_data_path("whisper", "assets", "gpt2.tiktoken", install="openai-whisper")
+    ranks = load_tiktoken_ranks(path)
+    by_rank = sorted(ranks, key=ranks.get)
+    assert len(gpt2.merges) == 50_000 and len(gpt2.vocab) == 50_257
+    assert all(a + b == by_rank[256 + k] for k, (a, b) in enumerate(gpt2.merges))
+    # the first merges of GPT-2's published merges.txt
+    assert [(a + b) for a, b in gpt2.merges[:4]] == [b" t", b" a", b"he", b"in"]
+
+
+# ---- the command line ----
+
+def _cli(*args, cwd):
+    return subprocess.run([sys.executable, "-m", "tlm", "tokenizer", *args], cwd=cwd,
+                          capture_output=True, text=True)
+
+
+def test_command_line_train_and_encode(tmp_path):
+    text = EOT.join(f"document {i}: the cat sat on the mat, {i * 37} times.\n" for i in range(60))
+    (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
+    done = _cli("train", "corpus.txt", "--vocab-size", "300", "--out-dir", "bpe",
+                "--special-token", EOT, "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "43 merges, 300 tokens" in done.stdout
+    vocab, merges = train_bpe(tmp_path / "corpus.txt", 300, [EOT])
+    tok = Tokenizer.from_files(tmp_path / "bpe" / "vocab.json", tmp_path / "bpe" / "merges.txt",
+                               [EOT])
+    assert tok.merges == merges and tok.vocab == vocab
+    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
+                "bpe/merges.txt", "--special-token", EOT, "--out", "ids.npy", "--processes",
+                "2", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    ids = np.load(tmp_path / "ids.npy", mmap_mode="r")
+    assert ids.dtype == np.uint16 and list(ids) == tok.encode(text)
+    assert not [p for p in tmp_path.rglob("*.tmp")]  # nothing half-written is left
+
+
+def test_command_line_reports_bad_input_without_a_traceback(tmp_path):
+    (tmp_path / "corpus.txt").write_text("text", encoding="utf-8")
+    done = _cli("train", "corpus.txt", "--vocab-size", "100", "--out-dir", "bpe", "--quiet",
+                cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr.strip() == "error: vocab_size must be at least 256 + 0 special tokens " \
+                                  "= 256, got 100"
+    done = _cli("encode", "missing.txt", "--vocab", "v.json", "--merges", "m.txt", "--out",
+                "ids.npy", cwd=tmp_path)
+    assert done.returncode == 2 and done.stderr.startswith("error: ")
+    assert not (tmp_path / "ids.npy").exists()
+    assert _cli("--help", cwd=tmp_path).returncode == 0
+    # a special token the vocabulary lacks would get an id past it: refused, naming both
+    (tmp_path / "bpe").mkdir()
+    write_vocab({i: bytes([i]) for i in range(256)}, tmp_path / "bpe" / "vocab.json")
+    write_merges([], tmp_path / "bpe" / "merges.txt")
+    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
+                "bpe/merges.txt", "--special-token", EOT, "--out", "ids.npy", cwd=tmp_path)
+    assert done.returncode == 2 and not (tmp_path / "ids.npy").exists()
+    assert done.stderr.strip() == (f"error: --special-token {EOT!r} is not in bpe/vocab.json: "
+                                   "the tokenizer was trained without it")
+
+
+def test_encode_file_refuses_vocabularies_past_uint16(tmp_path, gpt2):
+    big = Tokenizer({**gpt2.vocab, 70_000: b"\x00\x00\x01"}, gpt2.merges)
+    (tmp_path / "t.txt").write_text("hi", encoding="utf-8")
+    with pytest.raises(ValueError, match="do not fit uint16"):
+        tlm.tokenizer_files.encode_file(big, tmp_path / "t.txt", tmp_path / "ids.npy")
