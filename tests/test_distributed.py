@@ -61,6 +61,8 @@ def _rank(rank: int, world_size: int, kind: str, sharded: bool) -> dict:
     share = BATCH // world_size
     _train(ddp, ddp.finish_gradient_synchronization, optimizer,
            _batches()[:, rank * share:(rank + 1) * share])
+    if sharded:  # its state_dict is this rank's share
+        assert len(optimizer.state_dict()["state"]) == len(optimizer._local.state) > 0
     frozen_grad = model.layers[0].ln1.weight.grad
     state = optimizer._local.state if sharded else optimizer.state
     return {"weights": {k: v.clone() for k, v in model.state_dict().items()},
@@ -93,6 +95,42 @@ def test_data_parallel_equals_one_process(world_size, kind, sharded):
         numbers = [run["state_numbers"] for run in ranks]
         assert sum(numbers) == per_parameter * trained
         assert max(numbers) < per_parameter * trained * 0.75  # each holds a share
+
+
+def _accumulate(rank: int, world_size: int) -> dict:
+    """Two micro-batches a step, synchronized after each backward; then a misuse."""
+    model = _model(0)
+    ddp = tlm.DDP(model)
+    optimizer = _optimizer("sgd", model, False)
+    share = BATCH // world_size
+    for x in _batches()[:2, rank * share:(rank + 1) * share]:
+        optimizer.zero_grad()
+        for micro in x.chunk(2):
+            logits = ddp(micro[:, :-1])
+            loss = torch.nn.functional.cross_entropy(  # weighted: 2 and 1 sequences
+                logits.flatten(0, 1), micro[:, 1:].flatten()) * len(micro) / len(x)
+            loss.backward()
+            ddp.finish_gradient_synchronization()
+        optimizer.step()
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    ddp(x[:, :-1]).sum().backward()
+    try:
+        ddp(x[:, :-1]).sum().backward()  # no synchronization in between
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    ddp.finish_gradient_synchronization()
+    return {"weights": weights, "error": error}
+
+
+def test_gradient_accumulation_and_a_missing_synchronization():
+    model = _model(0)
+    optimizer = _optimizer("sgd", model, False)
+    _train(model, lambda: None, optimizer, _batches()[:2])
+    for run in tlm.run_processes(_accumulate, 2):
+        for name, value in model.state_dict().items():
+            torch.testing.assert_close(run["weights"][name], value, rtol=0, atol=1e-5)
+        assert "a second backward() before finish_gradient_synchronization()" in run["error"]
 
 
 def test_without_a_process_group_the_error_says_what_to_do():

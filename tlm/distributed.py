@@ -92,6 +92,7 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, steps: int = 3,
         optimizer = torch.optim.AdamW(trainable, lr=1e-2)
     data = torch.randint(0, 64, (steps, batch, 17),
                          generator=torch.Generator().manual_seed(1234))
+    assert batch % world_size == 0, "the ranks take equal shares of the batch"
     share = batch // world_size
     losses, calls = [], 0
     for x in data[:, rank * share:(rank + 1) * share]:
@@ -139,6 +140,7 @@ class DDP(nn.Module):
         self.world_size = _need_group("DDP")
         self.module = module
         self._pending = []  # the all-reduces started during this backward
+        self._sending = set()  # ids of the gradients they are sending
         with torch.no_grad():
             for t in [*module.parameters(), *module.buffers()]:
                 dist.broadcast(t, src=0)
@@ -148,7 +150,12 @@ class DDP(nn.Module):
                 p.register_post_accumulate_grad_hook(self._all_reduce)
 
     def _all_reduce(self, p: torch.Tensor) -> None:
-        p.grad /= self.world_size  # gloo has no average: sum the ranks' shares
+        if id(p) in self._sending:
+            raise RuntimeError("DDP: a second backward() before "
+                               "finish_gradient_synchronization(); call it after each "
+                               "backward()")
+        self._sending.add(id(p))
+        p.grad /= self.world_size  # the mean: sum the ranks' shares
         self._pending.append(dist.all_reduce(p.grad, async_op=True))
 
     def forward(self, *args, **kwargs):
@@ -158,6 +165,7 @@ class DDP(nn.Module):
         for handle in self._pending:
             handle.wait()
         self._pending.clear()
+        self._sending.clear()
 
 
 class ShardedOptimizer(torch.optim.Optimizer):
@@ -188,6 +196,13 @@ class ShardedOptimizer(torch.optim.Optimizer):
             self._local = self._optimizer_cls([share], **self._kwargs)
         else:
             self._local.add_param_group(share)
+
+    def state_dict(self) -> dict:
+        """This rank's share of the state (the wrapped optimizer's state_dict)."""
+        return self._local.state_dict()
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        self._local.load_state_dict(state_dict)
 
     @torch.no_grad()
     def step(self, closure=None):
