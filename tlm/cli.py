@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from tlm.generation import generate
 from tlm.tokenizer import IAMBIC, WHISPER, Tokenizer, train_bpe
 from tlm.tokenizer_files import encode_file, read_vocab, write_merges, write_vocab
-from tlm.train import (ABLATIONS, DECAY, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
+from tlm.train import (ABLATIONS, DECAY, DTYPES, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
                        RUN_OPTIONS, SHAKESPEARE_MODEL, _device, _run_state, load_run,
                        prepare_shakespeare, train_model)
 
@@ -152,8 +153,14 @@ _HELP = {"vocab_size": "default: the tokenizer's",
          "max_minutes": "stop with a checkpoint after this many minutes",
          "device": "default: $TLM_DEVICE, else cuda, else mps, else cpu",
          "compile": "use torch.compile",
-         "tie_embeddings": "one matrix for the token embedding and lm_head"}
-_TYPES = {"vocab_size": int, "stop_at": int, "max_minutes": float, "device": str}
+         "tie_embeddings": "one matrix for the token embedding and lm_head",
+         "grad_accum_steps": "micro-batches of --batch-size a step, in each process "
+                             "(default: 1)",
+         "dtype": "float32 (default), bfloat16 or float16: autocast, float32 weights",
+         "peak_tflops": "the device's 16-bit peak, for the MFU in the log (default: "
+                        "looked up for known GPUs; none on a CPU)"}
+_TYPES = {"vocab_size": int, "stop_at": int, "max_minutes": float, "device": str,
+          "peak_tflops": float}
 
 
 def _add_train(sub) -> None:
@@ -172,7 +179,7 @@ def _add_train(sub) -> None:
             if isinstance(default, bool):
                 group.add_argument(flag, action="store_true", help=text)
                 continue
-            choices = {"ablation": ABLATIONS, "decay": DECAY}.get(name)
+            choices = {"ablation": ABLATIONS, "decay": DECAY, "dtype": DTYPES}.get(name)
             group.add_argument(flag, type=_TYPES.get(name, type(default)), help=text,
                                metavar=name.upper(), choices=choices)
     p.add_argument("--resume", action="store_true", help="continue from "
@@ -192,8 +199,12 @@ def _train(args) -> int:
         saved = _run_state(ckpt)["config"]
         config.update({k: v for k, v in saved.items()
                        if k not in ("stop_at", "max_minutes")})
-    last = train_model({**config, **given}, resume=resume, progress=not quiet)
-    if last is None:
+    try:
+        last = train_model({**config, **given}, resume=resume, progress=not quiet)
+    finally:
+        if dist.is_initialized():  # under torchrun: leave the group cleanly
+            dist.destroy_process_group()
+    if last is None:  # a process other than rank 0
         return 0
     print(f"step {last['step']}: held-out loss {last['val_loss']:.3f}, "
           f"perplexity {last['val_perplexity']:.1f}, "
@@ -306,12 +317,12 @@ def _doctor(args) -> int:
                      "overrides it)"))
     except ValueError as error:  # $TLM_DEVICE names a device this machine lacks
         rows.append(("device", "unusable", str(error)))
-    for module, dist, use in _PACKAGES:
+    for module, spec, use in _PACKAGES:
         if importlib.util.find_spec(module) is None:
-            how = f"pip install {'--no-deps ' if '==' in dist else ''}{dist}"
+            how = f"pip install {'--no-deps ' if '==' in spec else ''}{spec}"
             rows.append((module, "missing", f"{how}  ({use or 'tlm needs it'})"))
         else:
-            version = importlib.metadata.version(dist.split("==")[0])
+            version = importlib.metadata.version(spec.split("==")[0])
             rows.append((module, version, use or "ok"))
     width = max(len(name) for name, _, _ in rows)
     for name, value, note in rows:

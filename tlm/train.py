@@ -2,6 +2,7 @@
 
 __all__ = ['play_text', 'shakespeare_splits', 'write_shakespeare', 'prepare_shakespeare', 'get_batch', 'token_bytes', 'evaluate', 'SiLUFeedForward', 'ablate', 'build_model', 'check_config', 'load_tokens', 'train_model', 'plot_log', 'load_run', 'param_groups']
 
+import contextlib
 import importlib.resources
 import importlib.util
 import json
@@ -15,8 +16,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
+from tlm.accounting import forward_flops
+from tlm.distributed import join_from_environment, mixed_precision, peak_flops
 from tlm.linear import Linear
 from tlm.model import TransformerLM
 from tlm.swiglu import silu
@@ -168,14 +172,17 @@ def evaluate(model: TransformerLM, data, lengths: np.ndarray, batch_size: int = 
 MODEL_OPTIONS = dict(vocab_size=None, context_length=128, d_model=128, num_layers=4,
                      num_heads=4, d_ff=352, rope_theta=10000.0,
                      attn_implementation="sdpa", tie_embeddings=False, ablation="none")
-OPTIMIZER_OPTIONS = dict(steps=400, batch_size=32, lr=3e-3, min_lr=3e-4,
-                         warmup_steps=40, weight_decay=0.1, decay="matrices", beta1=0.9,
-                         beta2=0.95, eps=1e-8, grad_clip=1.0, seed=0)
+OPTIMIZER_OPTIONS = dict(steps=400, batch_size=32, grad_accum_steps=1, lr=3e-3,
+                         min_lr=3e-4, warmup_steps=40, weight_decay=0.1,
+                         decay="matrices", beta1=0.9, beta2=0.95, eps=1e-8,
+                         grad_clip=1.0, seed=0)
 RUN_OPTIONS = dict(data_dir="data", out_dir="runs/shakespeare", eval_every=100,
                    eval_windows=64, log_every=10, checkpoint_every=100, stop_at=None,
-                   max_minutes=None, device=None, compile=False)
+                   max_minutes=None, device=None, compile=False, dtype="float32",
+                   peak_tflops=None)
 ABLATIONS = ("none", "no_rmsnorm", "no_rope", "post_norm", "silu_ffn")
 DECAY = ("all", "matrices", "linear")  # which weights weight decay shrinks
+DTYPES = ("float32", "bfloat16", "float16")  # what the forward pass computes in
 _BEFORE_OPTIONS = {"decay": "all"}  # what a run saved before an option existed did
 
 
@@ -238,7 +245,8 @@ def check_config(config: dict) -> None:
                 and math.isfinite(value))
 
     for name in ("context_length", "d_model", "num_layers", "num_heads", "d_ff",
-                 "steps", "batch_size", "eval_every", "eval_windows", "log_every",
+                 "steps", "batch_size", "grad_accum_steps", "eval_every",
+                 "eval_windows", "log_every",
                  "checkpoint_every", "warmup_steps", "vocab_size", "stop_at"):
         value, least = config[name], 0 if name == "warmup_steps" else 1
         optional = name in ("vocab_size", "stop_at") and value is None
@@ -267,6 +275,11 @@ def check_config(config: dict) -> None:
         refuse("ablation", f"one of {ABLATIONS}")
     if config["decay"] not in DECAY:
         refuse("decay", f"one of {DECAY}")
+    if config["dtype"] not in DTYPES:
+        refuse("dtype", f"one of {DTYPES}")
+    if config["peak_tflops"] is not None and (not number("peak_tflops")
+                                              or config["peak_tflops"] <= 0):
+        refuse("peak_tflops", "a positive number (leave it out to look it up)")
     if config["d_model"] % config["num_heads"]:
         refuse("d_model", f"divisible by --num-heads ({config['num_heads']})")
     if config["d_model"] // config["num_heads"] % 2:  # RoPE rotates pairs
@@ -348,10 +361,13 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     """Train as `tlm train` does; return the last validation record.
 
     Every `checkpoint_every` steps out_dir/checkpoint.pt is replaced atomically by
-    model, optimizer, step, the batch sampler's random state and the config; with
+    model, optimizer, step, the batch samplers' random states and the config; with
     resume=True the run continues from it and ends with the weights of an uninterrupted
-    run.
+    run. Under torchrun every process trains on its own batches, data-parallel, and
+    rank 0 alone writes (see the chapter "Training on many devices"); it returns the
+    record on rank 0 and None on the others.
     """
+    config = {**MODEL_OPTIONS, **OPTIMIZER_OPTIONS, **RUN_OPTIONS, **config}
     check_config(config)  # first the options, then the files, each named
     out_dir, data_dir = Path(config["out_dir"]), Path(config["data_dir"])
     ckpt_path = out_dir / "checkpoint.pt"
@@ -382,7 +398,16 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             raise ValueError(f"{ckpt_path} was trained with other settings: " + ", "
                              .join(f"{k}={a!r} there, {b!r} here"
                                    for k, (a, b) in changed.items()))
-    device = _device(config["device"])
+    rank, world_size, device = join_from_environment(_device(config["device"]))
+    A, chief = config["grad_accum_steps"], rank == 0
+    shards = range(rank * A, (rank + 1) * A)  # the micro-batches this process draws
+    if state is not None:
+        saved = state.get("samplers", [state.get("sampler")])  # one, before torchrun
+        if len(saved) != world_size * A:
+            raise ValueError(f"--resume: {ckpt_path} was trained by {len(saved) // A} "
+                             f"processes, this run has {world_size}: resume with as "
+                             "many")
+    autocast, scaler = mixed_precision(device, config["dtype"])
     train = load_tokens(data_dir / "train.npy", config["vocab_size"])
     valid = load_tokens(data_dir / "valid.npy", config["vocab_size"])
     for name, data in (("train.npy", train), ("valid.npy", valid)):
@@ -394,24 +419,33 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     opt = AdamW(param_groups(model, config["weight_decay"], config["decay"]),
                 lr=config["lr"], betas=(config["beta1"], config["beta2"]),
                 eps=config["eps"])
-    sampler = torch.Generator().manual_seed(config["seed"])
+    samplers = [torch.Generator().manual_seed(config["seed"] + j) for j in shards]
     step, elapsed = 0, 0.0
     if state is not None:
         load_model_weights(model, state["model"])
         opt.load_state_dict(state["optimizer"])
-        sampler.set_state(state["sampler"])
+        for sampler, j in zip(samplers, shards):
+            sampler.set_state(saved[j])
+        if state.get("scaler") and scaler.is_enabled():  # float16 before and now
+            scaler.load_state_dict(state["scaler"])
         step, elapsed = state["iteration"], state["elapsed_s"]
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for name in ("vocab.json", "merges.txt"):  # a run directory samples on its own
-        if (data_dir / name).exists():
-            with _replace_atomically(out_dir / name) as f:
-                f.write((data_dir / name).read_bytes())
-    log_path = out_dir / "log.jsonl"
-    records = _read_log(log_path, step) if resume else []
-    with _replace_atomically(log_path, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in records)
-    forward = torch.compile(model) if config["compile"] else model
+    log_path, records = out_dir / "log.jsonl", []
+    if chief:  # one process writes
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("vocab.json", "merges.txt"):  # a run directory samples on its own
+            if (data_dir / name).exists():
+                with _replace_atomically(out_dir / name) as f:
+                    f.write((data_dir / name).read_bytes())
+        records = _read_log(log_path, step) if resume else []
+        with _replace_atomically(log_path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    net = model if world_size == 1 else torch.nn.parallel.DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
+    forward = torch.compile(net) if config["compile"] else net
     B, T, last = config["batch_size"], config["context_length"], None
+    per_token = 3 * forward_flops(**{**config, "batch_size": 1}) / T  # training FLOPs
+    peak = (config["peak_tflops"] * 1e12 if config["peak_tflops"]
+            else peak_flops(device))  # FLOP/s of one device, or None
 
     def record(entry: dict) -> None:
         with open(log_path, "a") as f:
@@ -421,10 +455,16 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
         if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
             raise FloatingPointError(f"the weights are not finite after step {step}: "
                                      f"{ckpt_path} keeps the last finite one")
-        with _replace_atomically(ckpt_path) as f:
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                        "iteration": step, "sampler": sampler.get_state(),
-                        "elapsed_s": elapsed, "config": config}, f)
+        states = [[s.get_state() for s in samplers]]  # every process's, in rank order
+        if world_size > 1:
+            states = [None] * world_size
+            dist.all_gather_object(states, [s.get_state() for s in samplers])
+        if chief:
+            with _replace_atomically(ckpt_path) as f:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
+                            "iteration": step, "elapsed_s": elapsed, "config": config,
+                            "samplers": [s for ranks in states for s in ranks],
+                            "scaler": scaler.state_dict()}, f)
 
     def validate() -> dict:  # the last one scores every whole window
         windows = None if step == config["steps"] else config["eval_windows"]
@@ -433,11 +473,11 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
         record(entry)
         return entry
 
-    if step == 0:
+    if step == 0 and chief:
         last = validate()
     else:
         last = next((r for r in reversed(records) if "val_loss" in r), None)
-    bar = _progress(config["steps"], step, progress)
+    bar = _progress(config["steps"], step, progress and chief)
     tick, done = time.perf_counter(), 0
     deadline = tick + 60 * (config["max_minutes"] or math.inf)  # None: no limit
     end = config["steps"] if config["stop_at"] is None else config["stop_at"]
@@ -446,19 +486,35 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
                                     config["warmup_steps"], config["steps"])
         for group in opt.param_groups:
             group["lr"] = lr
-        x, y = get_batch(train, B, T, device, sampler)
-        loss = cross_entropy(forward(x), y)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = 0.0
+        for a, sampler in enumerate(samplers):  # A micro-batches, one gradient
+            x, y = get_batch(train, B, T, device, sampler)
+            last_one = a == A - 1 or world_size == 1  # all-reduce after the last only
+            with contextlib.nullcontext() if last_one else net.no_sync():
+                with autocast:
+                    part = cross_entropy(forward(x), y) / A  # the mean over all A
+                scaler.scale(part).backward()
+            loss = loss + part.detach()
         if config["grad_clip"]:
+            scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
             gradient_clipping(model.parameters(), config["grad_clip"])
-        opt.step()
+        scaler.step(opt)  # opt.step(), unless float16 gradients overflowed
+        scaler.update()
         step, done = step + 1, done + 1
         bar.update(1)
         stop = step == end or time.perf_counter() > deadline
+        if world_size > 1 and config["max_minutes"]:  # rank 0's clock decides
+            flag = torch.tensor(int(stop), device=device)  # nccl sends GPU tensors
+            dist.broadcast(flag, src=0)
+            stop = bool(flag)
         due = [step % config[k] == 0 or stop
                for k in ("log_every", "eval_every", "checkpoint_every")]
         if any(due):
+            if world_size > 1:  # the mean over the processes
+                loss = loss.to(torch.float32)
+                dist.all_reduce(loss)
+                loss = loss / world_size
             value = loss.item()
             if not math.isfinite(value):
                 bar.close()
@@ -467,22 +523,28 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
                     f"{ckpt_path} keeps the last one saved (lower --lr?)")
             now = time.perf_counter()
             elapsed += now - tick
-            rate = done * B * T / (now - tick)
+            rate = done * world_size * A * B * T / (now - tick)  # all processes
             tick, done = now, 0
-            record({"step": step, "loss": value, "lr": lr, "tokens_per_s": rate,
-                    "elapsed_s": elapsed})
-            bar.set_postfix(loss=f"{value:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
-            if due[1]:
-                last = validate()
-            if due[2]:
+            entry = {"step": step, "loss": value, "lr": lr, "tokens_per_s": rate,
+                     "elapsed_s": elapsed}
+            shown = dict(loss=f"{value:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+            if peak:  # none on a CPU: its peak is not a meaningful yardstick
+                entry["mfu"] = rate * per_token / (peak * world_size)
+                shown["mfu"] = f"{entry['mfu']:.1%}"
+            if chief:
+                record(entry)
+            bar.set_postfix(**shown)
+            if due[2]:  # first the collective, then what rank 0 does alone
                 checkpoint()
+            if due[1] and chief:
+                last = validate()
             if stop:
                 break
             tick = time.perf_counter()
     bar.close()
-    if importlib.util.find_spec("matplotlib") is not None:  # an optional dependency
+    if chief and importlib.util.find_spec("matplotlib") is not None:  # optional
         plot_log(log_path, out_dir / "loss.png")
-    return last
+    return last if chief else None
 
 
 def plot_log(log_path, out=None):
