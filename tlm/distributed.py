@@ -150,7 +150,7 @@ class DDP(nn.Module):
         if not isinstance(module, nn.Module):
             raise TypeError(f"module must be a torch.nn.Module, got "
                             f"{type(module).__name__}")
-        self.world_size = _need_group("DDP")
+        self.world_size = _need_group(type(self).__name__)
         self.module = module
         self._pending = []  # the all-reduces started during this backward
         self._sending = set()  # ids of the gradients they are sending
@@ -260,7 +260,7 @@ class _Gathered(torch.autograd.Function):
         return grad_inputs, grad_shard, None, None, None
 
 
-class FSDP(nn.Module):
+class FSDP(DDP):
     """Fully sharded data parallelism: the weights of every Linear and Embedding are cut
     into one shard per rank (the other parameters are replicated, as in DDP); a layer
     all-gathers its weight when it runs, forward and backward, and its gradient is
@@ -274,20 +274,15 @@ class FSDP(nn.Module):
     """
 
     def __init__(self, module: nn.Module, compute_dtype: torch.dtype | None = None):
-        super().__init__()
-        if not isinstance(module, nn.Module):
-            raise TypeError(f"module must be a torch.nn.Module, got "
-                            f"{type(module).__name__}")
         if compute_dtype is not None and not (isinstance(compute_dtype, torch.dtype)
                                               and compute_dtype.is_floating_point):
             raise TypeError("compute_dtype must be a floating torch.dtype or None, "
                             f"got {compute_dtype!r}")
-        self.world_size, self.rank = _need_group("FSDP"), dist.get_rank()
-        self.module, self.compute_dtype = module, compute_dtype
+        # DDP's part: rank 0's weights everywhere, and a hook on every parameter that
+        # averages its gradient; the hooks of the weights replaced by shards never fire
+        super().__init__(module)
+        self.rank, self.compute_dtype = dist.get_rank(), compute_dtype
         self._names = [name for name, _ in module.named_parameters()]
-        with torch.no_grad():
-            for t in [*module.parameters(), *module.buffers()]:
-                dist.broadcast(t, src=0)
         self._shapes, shards = {}, {}  # shard -> full shape; full weight id -> shard
         for layer in module.modules():
             kind = ("linear" if isinstance(layer, Linear) else
@@ -302,10 +297,6 @@ class FSDP(nn.Module):
             layer.forward = types.MethodType(
                 lambda layer, x, kind=kind, shape=tuple(full.shape): _Gathered.apply(
                     x, layer.weight, self, kind, shape), layer)
-        self._pending = []
-        for p in module.parameters():  # the replicated ones: averaged as in DDP
-            if p.requires_grad and id(p) not in self._shapes:
-                p.register_post_accumulate_grad_hook(self._all_reduce)
 
     def _shard(self, full: torch.Tensor) -> nn.Parameter:
         flat = full.detach().reshape(-1)
@@ -329,18 +320,6 @@ class FSDP(nn.Module):
         mine = torch.empty(size, dtype=flat.dtype)
         dist.reduce_scatter(mine, list(flat.chunk(self.world_size)))  # the sum
         return mine.float() / self.world_size  # the mean, into the float32 shard
-
-    def _all_reduce(self, p: torch.Tensor) -> None:
-        p.grad /= self.world_size
-        self._pending.append(dist.all_reduce(p.grad, async_op=True))
-
-    def forward(self, *args, **kwargs):
-        return self.module(*args, **kwargs)
-
-    def finish_gradient_synchronization(self) -> None:
-        for handle in self._pending:
-            handle.wait()
-        self._pending.clear()
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
