@@ -3,8 +3,10 @@ process training on the whole batch with PyTorch's own optimizers."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -315,3 +317,40 @@ def test_peak_flops_of_known_gpus_from_their_data_sheets(monkeypatch, name, tflo
     peak = tlm.peak_flops(torch.device("cuda", 0))
     assert peak == (None if tflops is None else tflops * 1e12)
     assert tlm.peak_flops(torch.device("cpu")) is None
+
+
+def _process_with(rank: int, marker: str) -> int:
+    """The pid of the torchrun worker of this rank whose command line holds marker."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            command = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:  # gone, or not ours
+            continue
+        if f"RANK={rank}".encode() in environ and marker.encode() in command:
+            return int(pid)
+    raise AssertionError(f"no process of rank {rank} runs {marker}")
+
+
+def test_a_killed_process_stops_the_run_and_the_checkpoint_resumes(runs):
+    out = runs / "killed"
+    args = ["--data-dir", runs / "data", "--out-dir", out, *TINY[:10], "--steps", 300,
+            "--warmup-steps", 2, "--checkpoint-every", 20, "--batch-size", 4, "--quiet",
+            "--device", "cpu"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2", "-m", "tlm", "train", *map(str, args)]
+    run = subprocess.Popen(launcher, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.monotonic() + 120
+    while not (out / "checkpoint.pt").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    os.kill(_process_with(1, str(out)), signal.SIGKILL)
+    _, stderr = run.communicate(timeout=120)
+    assert run.returncode != 0
+    assert "rank      : 1 (local_rank: 1)" in stderr and "SIGKILL" in stderr  # named
+    saved = torch.load(out / "checkpoint.pt", weights_only=False)  # whole, loadable
+    assert 0 < saved["iteration"] < 300 and len(saved["samplers"]) == 2
+    done = _tlm_train("--data-dir", runs / "data", "--out-dir", out, "--resume", "--quiet",
+                      processes=2)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 300

@@ -14,6 +14,9 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.distributed.checkpoint.state_dict import (StateDictOptions,
+                                                     get_model_state_dict)
+from torch.distributed.fsdp import fully_shard
 
 from tlm.embedding import Embedding
 from tlm.linear import Linear
@@ -85,7 +88,9 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
                        steps: int = 3, batch: int = 8) -> dict:
     """The chapter's experiment on one rank (mode "one": a single process); dtype is
     FSDP's compute dtype."""
-    torch.manual_seed(rank)  # each rank starts from other weights
+    # each rank starts from other weights, which the wrappers replace by rank 0's; FSDP2
+    # does not broadcast (each rank keeps a shard of its own), so there all start alike
+    torch.manual_seed(0 if mode == "torch-fsdp" else rank)
     model = TransformerLM(vocab_size=64, context_length=16, d_model=32, num_layers=2,
                           num_heads=4, d_ff=64, rope_theta=10000.0, tie_embeddings=True)
     model.ln_final.weight.requires_grad_(False)
@@ -95,6 +100,12 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
     wrapped = DDP(model) if mode in ("ddp", "zero") else model
     if mode == "fsdp":
         wrapped = FSDP(model, dtype and getattr(torch, dtype))
+    if mode == "torch-ddp":
+        wrapped = nn.parallel.DistributedDataParallel(model)
+    if mode == "torch-fsdp":  # FSDP2: each block a unit that gathers as a whole
+        for block in model.layers:
+            fully_shard(block)
+        wrapped = fully_shard(model)
     trainable = [p for p in wrapped.parameters() if p.requires_grad]
     if mode == "zero":
         optimizer = ShardedOptimizer(trainable, torch.optim.AdamW, lr=1e-2)
@@ -119,12 +130,24 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
         optimizer.step()
         losses.append(loss.item())
     state = optimizer._local.state if mode == "zero" else optimizer.state
-    weights = (wrapped.gather_full_params() if mode == "fsdp" else
-               {k: v.clone() for k, v in model.named_parameters()})
+    names = [name for name, _ in model.named_parameters()]
+    if mode == "fsdp":
+        weights = wrapped.gather_full_params()
+    elif mode == "torch-fsdp":
+        full = get_model_state_dict(model,
+                                    options=StateDictOptions(full_state_dict=True))
+        weights = {name: full[name] for name in names}
+    else:
+        weights = {k: v.detach().clone() for k, v in model.named_parameters()}
     return {"weights": weights, "losses": losses, "all_reduces": calls,
-            "numbers_held": sum(p.numel() for p in wrapped.parameters()),
-            "optimizer_bytes": sum(t.nbytes for s in state.values()
+            "numbers_held": sum(_local(p).numel() for p in wrapped.parameters()),
+            "optimizer_bytes": sum(_local(t).nbytes for s in state.values()
                                    for t in s.values() if torch.is_tensor(t))}
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a tensor that FSDP2 shards (a DTensor); else the tensor."""
+    return t.to_local() if hasattr(t, "to_local") else t
 
 
 def _need_group(what: str) -> int:
