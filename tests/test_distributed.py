@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +16,9 @@ import torch.distributed as dist
 
 import tlm
 
-CONFIG = dict(vocab_size=48, context_length=12, d_model=24, num_layers=2, num_heads=3,
-              d_ff=40, rope_theta=10000.0, tie_embeddings=True)
+# sizes that two and three ranks do not all divide: FSDP pads its shards
+CONFIG = dict(vocab_size=49, context_length=12, d_model=20, num_layers=2, num_heads=2,
+              d_ff=41, rope_theta=10000.0, tie_embeddings=True)
 STEPS, BATCH = 4, 6
 
 
@@ -28,7 +30,7 @@ def _model(seed: int):
 
 
 def _batches():
-    return torch.randint(0, 48, (STEPS, BATCH, 13), generator=torch.Generator().manual_seed(7))
+    return torch.randint(0, 49, (STEPS, BATCH, 13), generator=torch.Generator().manual_seed(7))
 
 
 def _optimizer(kind: str, model, rank_sharded: bool):
@@ -89,11 +91,14 @@ def test_data_parallel_equals_one_process(world_size, kind, sharded):
     one = _one_process(kind)
     start = _reference_weights(0)
     ranks = tlm.run_processes(_rank, world_size, (kind, sharded))
+    # float32: the ranks sum the batch in another order than one process; AdamW divides
+    # each gradient by its running size, which magnifies that rounding where a gradient is
+    # nearly zero (measured: 6.5e-5 at one element of 820 with three ranks)
+    atol = 1e-4 if kind == "adamw" else 1e-5
     for run in ranks:
         assert run["frozen_grad"] is None  # nothing computed or sent for it
         for name, value in one.items():
-            # float32: the ranks sum the batch in another order than one process
-            torch.testing.assert_close(run["weights"][name], value, rtol=0, atol=1e-5)
+            torch.testing.assert_close(run["weights"][name], value, rtol=0, atol=atol)
             assert torch.equal(run["weights"][name], ranks[0]["weights"][name])
         assert not torch.equal(run["weights"]["lm_head.weight"], start["lm_head.weight"])
         assert torch.equal(run["weights"]["layers.0.ln1.weight"], start["layers.0.ln1.weight"])
@@ -217,10 +222,17 @@ TINY = ["--context-length", "16", "--d-model", "32", "--num-layers", "2", "--num
         "--device", "cpu"]
 
 
-def _tlm_train(*args, processes: int = 1, cwd=None) -> subprocess.CompletedProcess:
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                 "--nproc-per-node", str(processes)] if processes > 1 else [sys.executable])
-    return subprocess.run([*launcher, "-m", "tlm", "train", *map(str, args)], cwd=cwd,
+def _tlm_train(*args, processes: int = 1, script: bool = False,
+               cwd=None) -> subprocess.CompletedProcess:
+    """`python -m tlm train ARGS`, under torchrun for several processes; script=True runs
+    the console script `tlm` instead (under torchrun with --no-python)."""
+    program = ([str(Path(sys.executable).parent / "tlm")] if script
+               else [sys.executable, "-m", "tlm"])
+    if processes > 1:
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    "--nproc-per-node", str(processes)]
+        program = [*torchrun, "--no-python", *program] if script else [*torchrun, *program[1:]]
+    return subprocess.run([*program, "train", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
 
@@ -271,7 +283,7 @@ def test_a_resumed_two_process_run_equals_the_uninterrupted_one(runs):
                        processes=2)
     assert first.returncode == 0, first.stderr[-3000:]
     second = _tlm_train("--data-dir", runs / "data", "--out-dir", out, "--resume", "--quiet",
-                        processes=2)
+                        processes=2, script=True)  # the console script under torchrun
     assert second.returncode == 0, second.stderr[-3000:]
     whole = _weights(runs / "two")
     assert all(torch.equal(v, whole[k]) for k, v in _weights(out).items())
@@ -282,6 +294,36 @@ def test_a_resumed_two_process_run_equals_the_uninterrupted_one(runs):
     assert other.returncode == 2
     assert other.stderr.strip() == (f"error: --resume: {out / 'checkpoint.pt'} was trained "
                                     "by 2 processes, this run has 1: resume with as many")
+
+
+def test_fsdp_follows_one_process_and_resumes(runs):
+    out = runs / "fsdp"
+    first = _tlm_train("--data-dir", runs / "data", "--out-dir", out, *TINY, "--fsdp",
+                       "--stop-at", 10, processes=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _tlm_train("--data-dir", runs / "data", "--out-dir", out, "--resume", "--quiet",
+                        processes=2)
+    assert second.returncode == 0, second.stderr[-3000:]
+    sharded, ddp = _losses(out), _losses(runs / "two")
+    assert len(sharded) == 20 and max(abs(a - b) for a, b in zip(sharded, ddp)) < 1e-5
+    for name, value in _weights(runs / "two").items():  # saved whole, as without --fsdp
+        torch.testing.assert_close(_weights(out)[name], value, rtol=0, atol=1e-5)
+    saved = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert saved["config"]["fsdp"] and not any(hasattr(v, "to_local")
+                                               for v in saved["model"].values())
+
+
+def test_fsdp_refuses_one_process_and_a_model_too_small(runs):
+    alone = _tlm_train("--data-dir", runs / "data", "--out-dir", runs / "x", *TINY, "--fsdp")
+    assert alone.returncode == 2
+    assert alone.stderr.strip() == ("error: --fsdp shards the model over processes: start "
+                                    "the run with torchrun --nproc-per-node N, N >= 2")
+    tiny = ["--d-model", 2, "--num-heads", 1, "--d-ff", 4]  # RMSNorm gains of 2 numbers
+    done = _tlm_train("--data-dir", runs / "data", "--out-dir", runs / "x", *TINY, *tiny,
+                      "--fsdp", processes=3)
+    assert done.returncode != 0 and not (runs / "x" / "checkpoint.pt").exists()
+    assert ("--fsdp: the model is too small to shard over 3 processes (a parameter has 2 "
+            "rows)") in done.stderr
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -354,3 +396,13 @@ def test_a_killed_process_stops_the_run_and_the_checkpoint_resumes(runs):
                       processes=2)
     assert done.returncode == 0, done.stderr[-3000:]
     assert torch.load(out / "checkpoint.pt", weights_only=False)["iteration"] == 300
+
+
+def test_bfloat16_is_refused_on_a_gpu_without_it(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (7, 0))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
+    with pytest.raises(ValueError, match="--dtype bfloat16: Tesla V100 cannot compute in "
+                                         "bfloat16; use float16"):
+        tlm.mixed_precision(torch.device("cuda", 0), "bfloat16")
+    autocast, scaler = tlm.mixed_precision(torch.device("cpu"), "float16")
+    assert scaler.is_enabled() and autocast.fast_dtype == torch.float16

@@ -158,7 +158,9 @@ _HELP = {"vocab_size": "default: the tokenizer's",
                              "(default: 1)",
          "dtype": "float32 (default), bfloat16 or float16: autocast, float32 weights",
          "peak_tflops": "the device's 16-bit peak, for the MFU in the log (default: "
-                        "looked up for known GPUs; none on a CPU)"}
+                        "looked up for known GPUs; none on a CPU)",
+         "fsdp": "shard the model over the processes with PyTorch's FSDP2 (under "
+                 "torchrun)"}
 _TYPES = {"vocab_size": int, "stop_at": int, "max_minutes": float, "device": str,
           "peak_tflops": float}
 

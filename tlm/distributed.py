@@ -252,8 +252,9 @@ class ShardedOptimizer(torch.optim.Optimizer):
 
 class _Gathered(torch.autograd.Function):
     """A Linear's or an Embedding's output from its weight's shard: the full weight is
-    all-gathered for the forward pass, gathered again for the backward pass (it is not
-    kept in between), and its gradient is reduce-scattered back to the shards."""
+    all-gathered for the forward pass and, for a Linear, gathered again for the backward
+    pass (it is not kept in between; an Embedding's backward needs only the ids), and
+    its gradient is reduce-scattered back to the shards."""
 
     @staticmethod
     def forward(ctx, inputs, shard, fsdp, kind, shape):
@@ -271,15 +272,18 @@ class _Gathered(torch.autograd.Function):
         fsdp, shape = ctx.fsdp, ctx.shape
         grad = grad.to(fsdp.compute_dtype or shard.dtype)
         rows = grad.reshape(-1, grad.shape[-1])
-        if ctx.kind == "embedding":
-            grad_weight = torch.zeros(shape, dtype=grad.dtype).index_add_(
-                0, inputs.reshape(-1), rows)
-            grad_inputs = None
-        else:
+        grad_inputs = grad_shard = None
+        if ctx.kind == "linear":
             weight = fsdp._gather(shard, shape)  # gathered again, not kept from forward
-            grad_weight = rows.T @ inputs.reshape(-1, inputs.shape[-1]).to(grad.dtype)
             grad_inputs = (grad @ weight).to(inputs.dtype)
-        grad_shard = fsdp._scatter(grad_weight) if shard.requires_grad else None
+        if ctx.needs_input_grad[1]:  # a frozen weight has no gradient to compute
+            if ctx.kind == "embedding":
+                ids = inputs.reshape(-1)
+                grad_weight = grad.new_zeros(shape).index_add_(0, ids, rows)
+            else:
+                flat_inputs = inputs.reshape(-1, inputs.shape[-1]).to(grad.dtype)
+                grad_weight = rows.T @ flat_inputs
+            grad_shard = fsdp._scatter(grad_weight)
         return grad_inputs, grad_shard, None, None, None
 
 
@@ -340,7 +344,7 @@ class FSDP(DDP):
         flat = grad.reshape(-1)
         size = -(-flat.numel() // self.world_size)
         flat = nn.functional.pad(flat, (0, size * self.world_size - flat.numel()))
-        mine = torch.empty(size, dtype=flat.dtype)
+        mine = flat.new_empty(size)
         dist.reduce_scatter(mine, list(flat.chunk(self.world_size)))  # the sum
         return mine.float() / self.world_size  # the mean, into the float32 shard
 

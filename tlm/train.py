@@ -18,6 +18,10 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch import Tensor
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict,
+    set_optimizer_state_dict)
+from torch.distributed.fsdp import fully_shard
 
 from tlm.accounting import forward_flops
 from tlm.distributed import join_from_environment, mixed_precision, peak_flops
@@ -179,7 +183,7 @@ OPTIMIZER_OPTIONS = dict(steps=400, batch_size=32, grad_accum_steps=1, lr=3e-3,
 RUN_OPTIONS = dict(data_dir="data", out_dir="runs/shakespeare", eval_every=100,
                    eval_windows=64, log_every=10, checkpoint_every=100, stop_at=None,
                    max_minutes=None, device=None, compile=False, dtype="float32",
-                   peak_tflops=None)
+                   peak_tflops=None, fsdp=False)
 ABLATIONS = ("none", "no_rmsnorm", "no_rope", "post_norm", "silu_ffn")
 DECAY = ("all", "matrices", "linear")  # which weights weight decay shrinks
 DTYPES = ("float32", "bfloat16", "float16")  # what the forward pass computes in
@@ -399,7 +403,10 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
                              .join(f"{k}={a!r} there, {b!r} here"
                                    for k, (a, b) in changed.items()))
     rank, world_size, device = join_from_environment(_device(config["device"]))
-    A, chief = config["grad_accum_steps"], rank == 0
+    A, chief, fsdp = config["grad_accum_steps"], rank == 0, config["fsdp"]
+    if fsdp and world_size == 1:
+        raise ValueError("--fsdp shards the model over processes: start the run with "
+                         "torchrun --nproc-per-node N, N >= 2")
     shards = range(rank * A, (rank + 1) * A)  # the micro-batches this process draws
     if state is not None:
         saved = state.get("samplers", [state.get("sampler")])  # one, before torchrun
@@ -407,6 +414,10 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             raise ValueError(f"--resume: {ckpt_path} was trained by {len(saved) // A} "
                              f"processes, this run has {world_size}: resume with as "
                              "many")
+        if state["config"].get("fsdp", False) != fsdp:  # its optimizer state's layout
+            how = "without" if fsdp else "with"
+            raise ValueError(f"--resume: {ckpt_path} was trained {how} --fsdp: resume "
+                             "it so")
     autocast, scaler = mixed_precision(device, config["dtype"])
     train = load_tokens(data_dir / "train.npy", config["vocab_size"])
     valid = load_tokens(data_dir / "valid.npy", config["vocab_size"])
@@ -416,14 +427,27 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
                              f"context_length={config['context_length']}")
     lengths = token_bytes(vocab)
     model = build_model(config, device)
+    if state is not None:
+        load_model_weights(model, state["model"])
+    if fsdp:  # FSDP2: every block, then the rest, sharded over the processes
+        rows = min(p.shape[0] for p in model.parameters())  # it shards the first dim
+        if rows < world_size:
+            raise ValueError(f"--fsdp: the model is too small to shard over "
+                             f"{world_size} processes (a parameter has {rows} rows)")
+        for block in model.layers:
+            fully_shard(block)
+        fully_shard(model)
     opt = AdamW(param_groups(model, config["weight_decay"], config["decay"]),
                 lr=config["lr"], betas=(config["beta1"], config["beta2"]),
                 eps=config["eps"])
+    full = StateDictOptions(full_state_dict=True, cpu_offload=True)  # for --fsdp
     samplers = [torch.Generator().manual_seed(config["seed"] + j) for j in shards]
     step, elapsed = 0, 0.0
     if state is not None:
-        load_model_weights(model, state["model"])
-        opt.load_state_dict(state["optimizer"])
+        if fsdp:
+            set_optimizer_state_dict(model, opt, state["optimizer"], options=full)
+        else:
+            opt.load_state_dict(state["optimizer"])
         for sampler, j in zip(samplers, shards):
             sampler.set_state(saved[j])
         if state.get("scaler") and scaler.is_enabled():  # float16 before and now
@@ -439,8 +463,10 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
         records = _read_log(log_path, step) if resume else []
         with _replace_atomically(log_path, "w") as f:
             f.writelines(json.dumps(r) + "\n" for r in records)
-    net = model if world_size == 1 else torch.nn.parallel.DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None)
+    net = model  # FSDP2 shards the model in place; DDP wraps it
+    if world_size > 1 and not fsdp:
+        net = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[device.index] if device.type == "cuda" else None)
     forward = torch.compile(net) if config["compile"] else net
     B, T, last = config["batch_size"], config["context_length"], None
     per_token = 3 * forward_flops(**{**config, "batch_size": 1}) / T  # training FLOPs
@@ -452,7 +478,12 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             f.write(json.dumps(entry) + "\n")
 
     def checkpoint() -> None:
-        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+        if fsdp:  # every process takes part in gathering the whole state, on rank 0
+            weights = get_model_state_dict(model, options=full)
+            moments = get_optimizer_state_dict(model, opt, options=full)
+        else:
+            weights, moments = model.state_dict(), opt.state_dict()
+        if not all(bool(torch.isfinite(w).all()) for w in weights.values()):
             raise FloatingPointError(f"the weights are not finite after step {step}: "
                                      f"{ckpt_path} keeps the last finite one")
         states = [[s.get_state() for s in samplers]]  # every process's, in rank order
@@ -461,8 +492,8 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             dist.all_gather_object(states, [s.get_state() for s in samplers])
         if chief:
             with _replace_atomically(ckpt_path) as f:
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(),
-                            "iteration": step, "elapsed_s": elapsed, "config": config,
+                torch.save({"model": weights, "optimizer": moments, "iteration": step,
+                            "elapsed_s": elapsed, "config": config,
                             "samplers": [s for ranks in states for s in ranks],
                             "scaler": scaler.state_dict()}, f)
 
@@ -470,10 +501,11 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
         windows = None if step == config["steps"] else config["eval_windows"]
         scores = evaluate(model, valid, lengths, max_windows=windows)
         entry = {"step": step, **{f"val_{k}": v for k, v in scores.items()}}
-        record(entry)
+        if chief:
+            record(entry)
         return entry
 
-    if step == 0 and chief:
+    if step == 0 and (chief or fsdp):  # a sharded model runs on every process
         last = validate()
     else:
         last = next((r for r in reversed(records) if "val_loss" in r), None)
@@ -491,14 +523,20 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
         for a, sampler in enumerate(samplers):  # A micro-batches, one gradient
             x, y = get_batch(train, B, T, device, sampler)
             last_one = a == A - 1 or world_size == 1  # all-reduce after the last only
-            with contextlib.nullcontext() if last_one else net.no_sync():
+            if fsdp:  # reduce-scatter the gradients after the last micro-batch only
+                model.set_requires_gradient_sync(last_one)
+            sync = last_one or fsdp
+            with contextlib.nullcontext() if sync else net.no_sync():
                 with autocast:
                     part = cross_entropy(forward(x), y) / A  # the mean over all A
                 scaler.scale(part).backward()
             loss = loss + part.detach()
         if config["grad_clip"]:
             scaler.unscale_(opt)  # clip the true gradients, not the scaled ones
-            gradient_clipping(model.parameters(), config["grad_clip"])
+            if fsdp:  # the norm of gradients sharded over the processes
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config["grad_clip"])
+            else:
+                gradient_clipping(model.parameters(), config["grad_clip"])
         scaler.step(opt)  # opt.step(), unless float16 gradients overflowed
         scaler.update()
         step, done = step + 1, done + 1
@@ -536,7 +574,7 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             bar.set_postfix(**shown)
             if due[2]:  # first the collective, then what rank 0 does alone
                 checkpoint()
-            if due[1] and chief:
+            if due[1] and (chief or fsdp):
                 last = validate()
             if stop:
                 break
