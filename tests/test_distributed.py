@@ -322,8 +322,8 @@ def test_fsdp_refuses_one_process_and_a_model_too_small(runs):
     done = _tlm_train("--data-dir", runs / "data", "--out-dir", runs / "x", *TINY, *tiny,
                       "--fsdp", processes=3)
     assert done.returncode != 0 and not (runs / "x" / "checkpoint.pt").exists()
-    assert ("--fsdp: the model is too small to shard over 3 processes (a parameter has 2 "
-            "rows)") in done.stderr
+    assert ("--fsdp: the model is too small to shard over 3 processes: a parameter has 2 "
+            "rows, so some processes would hold none of it; use fewer") in done.stderr
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

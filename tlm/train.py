@@ -433,7 +433,8 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
         rows = min(p.shape[0] for p in model.parameters())  # it shards the first dim
         if rows < world_size:
             raise ValueError(f"--fsdp: the model is too small to shard over "
-                             f"{world_size} processes (a parameter has {rows} rows)")
+                             f"{world_size} processes: a parameter has {rows} rows, so "
+                             "some processes would hold none of it; use fewer")
         for block in model.layers:
             fully_shard(block)
         fully_shard(model)
@@ -483,7 +484,12 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
             moments = get_optimizer_state_dict(model, opt, options=full)
         else:
             weights, moments = model.state_dict(), opt.state_dict()
-        if not all(bool(torch.isfinite(w).all()) for w in weights.values()):
+        finite = all(bool(torch.isfinite(w).all()) for w in weights.values())
+        if fsdp:  # rank 0 alone holds the gathered weights: its answer holds for all
+            flag = torch.tensor(int(finite), device=device)
+            dist.broadcast(flag, src=0)
+            finite = bool(flag)
+        if not finite:
             raise FloatingPointError(f"the weights are not finite after step {step}: "
                                      f"{ckpt_path} keeps the last finite one")
         states = [[s.get_state() for s in samplers]]  # every process's, in rank order
