@@ -1,6 +1,8 @@
 """Data parallel by hand (tlm.DDP, tlm.ShardedOptimizer) on gloo processes, against one
 process training on the whole batch with PyTorch's own optimizers."""
 
+import contextlib
+import io
 import json
 import os
 import signal
@@ -15,6 +17,7 @@ import torch
 import torch.distributed as dist
 
 import tlm
+import tlm.cli
 
 # sizes that two and three ranks do not all divide: FSDP pads its shards
 CONFIG = dict(vocab_size=49, context_length=12, d_model=20, num_layers=2, num_heads=2,
@@ -224,8 +227,13 @@ TINY = ["--context-length", "16", "--d-model", "32", "--num-layers", "2", "--num
 
 def _tlm_train(*args, processes: int = 1, script: bool = False,
                cwd=None) -> subprocess.CompletedProcess:
-    """`python -m tlm train ARGS`, under torchrun for several processes; script=True runs
-    the console script `tlm` instead (under torchrun with --no-python)."""
+    """`tlm train ARGS`: in this process for one, under torchrun for several; script=True
+    runs the console script `tlm` (under torchrun with --no-python)."""
+    if processes == 1 and not script:  # no process start: the suite's time
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = tlm.cli.main(["train", *map(str, args)])
+        return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
     program = ([str(Path(sys.executable).parent / "tlm")] if script
                else [sys.executable, "-m", "tlm"])
     if processes > 1:
