@@ -24,7 +24,7 @@ else
 TESTS := tests chapters
 endif
 
-.PHONY: setup export check-export test book execute clean
+.PHONY: setup export check-export test book book-zh i18n-status execute clean
 
 setup: $(STAMP)
 
@@ -48,6 +48,16 @@ test: check-export
 
 book: $(STAMP)
 	$(JB) build . --all -W --keep-going
+
+# The Chinese edition: its sources from the English notebooks and i18n/zh_CN/*.yml, rendered
+# into _build/zh/html. `make i18n-status` lists the cells whose translation is missing or stale.
+book-zh: $(STAMP)
+	$(PY) tools/i18n.py build _build/zh/src
+	$(JB) build _build/zh/src --all -W --keep-going
+	rm -rf _build/zh/html && mv _build/zh/src/_build/html _build/zh/html
+
+i18n-status: $(STAMP)
+	$(PY) tools/i18n.py status
 
 # Re-run chapters in place (all, or NB=chapters/NN_name.ipynb), then refresh the README's
 # quotes of their outputs.

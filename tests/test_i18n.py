@@ -1,0 +1,219 @@
+"""The Chinese edition cannot fall behind: every English Markdown cell has a current translation
+that keeps its structure and the glossary, and the generated notebooks differ from the English
+ones in their Markdown only."""
+
+import json
+import posixpath
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tools"))
+import edition_link  # noqa: E402
+import i18n  # noqa: E402
+
+PAGES = i18n.pages()
+TERMS = i18n.glossary()
+
+
+@pytest.mark.parametrize("stem", list(PAGES))
+def test_every_cell_has_a_current_translation(stem):
+    found = i18n.problems(stem, PAGES[stem], TERMS)
+    for kind in ("malformed", "missing", "stale", "orphan"):
+        assert not found[kind], f"{stem}: {kind} (`make i18n-status`):\n" + "\n".join(found[kind])
+
+
+def test_there_is_a_catalog_for_each_page_and_for_nothing_else():
+    names = {p.stem for p in i18n.CATALOGS.glob("*.yml")} - {"glossary"}
+    assert names == set(PAGES)
+
+
+def _edited(tmp_path, stem):
+    """A copy of a page whose first Markdown cell has one more character."""
+    path = PAGES[stem]
+    if path.suffix == ".md":
+        copy = tmp_path / path.name
+        copy.write_text(path.read_text(encoding="utf-8").replace("\n", "s\n", 1), "utf-8")
+        return copy
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cell = next(c for c in nb["cells"] if c["cell_type"] == "markdown")
+    cell["source"][0] = cell["source"][0].replace(" ", "  ", 1)
+    copy = tmp_path / path.name
+    copy.write_text(json.dumps(nb), encoding="utf-8")
+    return copy
+
+
+@pytest.mark.parametrize("stem", ["05_rmsnorm", "intro"])
+def test_a_one_character_edit_to_the_english_makes_the_translation_stale(tmp_path, stem):
+    found = i18n.problems(stem, _edited(tmp_path, stem), TERMS)
+    assert len(found["stale"]) == 1 and not found["missing"], found
+
+
+@pytest.fixture
+def one_cell(monkeypatch):
+    """The problems of a one-cell page with this English source and this translation."""
+    def problems(source, md):
+        catalog = {"c0": {"en_sha256": i18n.sha256(source), "md": md}}
+        monkeypatch.setattr(i18n, "english_cells", lambda path: [("c0", source)])
+        monkeypatch.setattr(i18n, "load_catalog", lambda stem: catalog)
+        return i18n.problems("page", Path("page.ipynb"), TERMS)
+    return problems
+
+
+ENGLISH = """## The loss {cite}`vaswani2017attention`
+
+(sec-loss)=
+The loss $\\ell$ of a `Linear` layer (math may wrap: $a =
+b$; code may hold a dollar: `61$`), see [Softmax](08_softmax) and {ref}`sec-x`:
+
+$$
+\\ell = -\\log p
+$$
+
+| a | b |
+|---|---|
+"""
+CHINESE = """## 损失 {cite}`vaswani2017attention`
+
+(sec-loss)=
+`Linear` 层的损失 $\\ell$（公式可以换行：$a = b$；代码里可以有美元符号：`61$`），见 [Softmax](08_softmax) 与 {ref}`sec-x`：
+
+$$
+\\ell = -\\log p
+$$
+
+| 甲 | 乙 |
+|---|---|
+"""
+
+
+def test_a_faithful_translation_passes(one_cell):
+    assert not any(one_cell(ENGLISH, CHINESE).values())
+
+
+@pytest.mark.parametrize("old, new, kind", [
+    ("## 损失", "### 损失", "heading levels"),
+    ("(sec-loss)=", "(sec-lost)=", "labels"),
+    ("{ref}`sec-x`", "{ref}`sec-y`", "references"),
+    ("{cite}`vaswani2017attention`", "", "citations"),
+    ("-\\log p\n", "-\\log q\n", "math blocks"),
+    ("$\\ell$", "$l$", "inline math"),
+    ("`Linear`", "`线性`", "inline code"),
+    ("(08_softmax)", "(09_attention)", "link targets"),
+    ("| 甲 | 乙 |", "| 甲乙 |", "table columns"),
+    ("层的损失", "层的 token 损失", "'token' is '词元'"),
+    ("层的损失", "层的令牌损失", "'token' is '词元'"),
+    ("层的损失", "层的\n损失", "line break between Chinese characters"),
+])
+def test_a_translation_that_loses_structure_or_the_glossary_is_refused(one_cell, old, new,
+                                                                        kind):
+    assert old in CHINESE
+    found = one_cell(ENGLISH, CHINESE.replace(old, new))
+    assert any(kind in m for m in found["malformed"]), found
+
+
+def test_a_translation_left_in_english_is_missing(one_cell):
+    assert one_cell(ENGLISH, ENGLISH)["missing"] == ["c0: still the English text"]
+
+
+def test_markdown_pages_split_into_cells_whose_ids_survive_edits_elsewhere():
+    text = (ROOT / "conventions.md").read_text(encoding="utf-8")
+    blocks = i18n.markdown_blocks(text)
+    rows = [cid for cid, source, _ in blocks if source.startswith("| weight layout")]
+    assert rows == ["weight-layout-linear-weight-is-d"]
+    edited = text.replace("Sources on this model", "Sources on this small model")
+    ids = [cid for cid, _, _ in i18n.markdown_blocks(edited)]
+    assert ids[2:] == [cid for cid, _, _ in blocks][2:]
+    joined = "".join(sep + source for _, source, sep in blocks).strip()
+    assert [ln for ln in joined.split("\n") if ln] == [ln for ln in text.split("\n") if ln]
+
+
+def test_the_glossary_gives_one_rendering_per_term():
+    zh = [t["zh"] for t in TERMS]
+    assert len(zh) == len(set(zh))
+    for term in TERMS:
+        assert term["zh"] not in term.get("avoid", []), term
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("zh")
+    i18n.build(out)
+    return out
+
+
+def test_generated_notebooks_differ_from_the_english_in_markdown_only(built):
+    for stem, path in PAGES.items():
+        if path.suffix != ".ipynb":
+            continue
+        en = json.loads(path.read_text(encoding="utf-8"))
+        zh = json.loads((built / path.relative_to(ROOT)).read_text(encoding="utf-8"))
+        catalog = i18n.load_catalog(stem)
+        assert zh["metadata"] == en["metadata"] and len(zh["cells"]) == len(en["cells"]), stem
+        for a, b in zip(en["cells"], zh["cells"]):
+            if a["cell_type"] != "markdown":
+                assert a == b, f"{stem}: cell {a.get('id')} differs"
+                continue
+            assert {k: v for k, v in a.items() if k != "source"} == \
+                   {k: v for k, v in b.items() if k != "source"}, stem
+            assert "".join(b["source"]) == catalog[a["id"]]["md"], stem
+
+
+def test_the_chinese_book_has_every_page_its_captions_and_the_note(built):
+    toc = yaml.safe_load((built / "_toc.yml").read_text(encoding="utf-8"))
+    english = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = lambda t: [c["file"] for part in t["parts"] for c in part["chapters"]]  # noqa: E731
+    assert files(toc) == files(english) and toc["root"] == english["root"]
+    assert all(i18n.CJK.search(part["caption"]) for part in toc["parts"])
+    intro = (built / "intro.md").read_text(encoding="utf-8")
+    assert i18n.edition()["intro_note"].strip() in intro
+    assert intro.startswith(i18n.load_catalog("intro")[next(iter(i18n.load_catalog("intro")))]
+                            ["md"])
+    config = yaml.safe_load((built / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["config"]["language"] == "zh_CN"
+
+
+@pytest.mark.parametrize("config, this, other", [
+    (ROOT / "_config.yml", "_build/html", "_build/zh/html"),
+    (ROOT / "i18n" / "zh_CN.yml", "_build/zh/html", "_build/html"),
+])
+@pytest.mark.parametrize("page", ["intro", "chapters/05_rmsnorm"])
+def test_each_page_links_to_the_same_page_of_the_other_edition(config, this, other, page):
+    settings = yaml.safe_load(config.read_text(encoding="utf-8"))
+    settings = settings["sphinx"].get("config", settings["sphinx"])
+    app = SimpleNamespace(config=SimpleNamespace(edition_link=settings["edition_link"],
+                                                 edition_link_root=settings["edition_link_root"]))
+    context = {}
+    edition_link._banner(app, page, "page.html", context, None)
+    href = context["theme_announcement"].split('href="')[1].split('"')[0]
+    here = posixpath.dirname(f"{this}/{page}.html")
+    assert posixpath.normpath(posixpath.join(here, href)) == f"{other}/{page}.html"
+
+
+def _zh_title(built, page):
+    """The first `# ` heading of a page of the Chinese book."""
+    path = built / f"{page}.ipynb"
+    if path.exists():
+        text = "\n".join("".join(c["source"]) for c in json.loads(path.read_text("utf-8"))
+                         ["cells"] if c["cell_type"] == "markdown")
+    else:
+        text = (built / f"{page}.md").read_text(encoding="utf-8")
+    return next(line[2:].strip() for line in text.splitlines() if line.startswith("# "))
+
+
+def test_each_chapter_ends_with_the_next_chapters_chinese_title(built):
+    for stem, path in PAGES.items():
+        if path.suffix != ".ipynb":
+            continue
+        last = lambda p: [c for c in json.loads(p.read_text("utf-8"))["cells"]  # noqa: E731
+                          if c["cell_type"] == "markdown"][-1]
+        english = "".join(last(path)["source"]).rstrip().splitlines()[-1]
+        target = english.rsplit("](", 1)[1].rstrip(")")
+        page = posixpath.normpath(posixpath.join("chapters", target))
+        chinese = "".join(last(built / "chapters" / path.name)["source"]).rstrip()
+        expected = f"- 下一章：[{_zh_title(built, page)}]({target})"
+        assert chinese.splitlines()[-1] == expected, stem

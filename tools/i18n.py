@@ -1,0 +1,401 @@
+"""The Chinese edition: catalogs of translated Markdown cells, their checks, and the build.
+
+The English notebooks and pages are the only source of code and outputs. A translation lives in
+`i18n/zh_CN/<page>.yml`, one file per page of the book (`<page>` is the notebook's or Markdown
+page's stem), mapping each English Markdown cell's id to
+
+    en_sha256: the SHA-256 (hex) of the English cell's source, UTF-8, when it was translated
+    md: the Chinese Markdown
+
+A Markdown page (`intro.md`, ...) is split into cells: each heading, paragraph and table row;
+a cell's id is the slug of its first words. `i18n/zh_CN/glossary.yml` fixes one rendering per term; `i18n/zh_CN.yml` holds
+what is not a page (the book's title, the part captions, the note on the Chinese intro, the
+links between the editions).
+
+Usage:
+  python tools/i18n.py status            what is missing, stale, orphaned or malformed
+  python tools/i18n.py check PAGE...     every problem of these pages, in detail (exit 1 if any)
+  python tools/i18n.py skeleton PAGE...  add the English of untranslated cells to a catalog
+  python tools/i18n.py show PAGE         the English cells, ids and hashes, in order
+  python tools/i18n.py build OUT         write the Chinese book's sources into OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+LANG = "zh_CN"
+CATALOGS = ROOT / "i18n" / LANG
+EDITION = ROOT / "i18n" / f"{LANG}.yml"
+CJK = re.compile(r"[\u4e00-\u9fff]")
+
+
+# --- the English source -------------------------------------------------------------------
+
+def pages() -> dict[str, Path]:
+    """Every page of the book in the table of contents' order: stem -> path."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [pages_root()] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+    found = {}
+    for name in files:
+        path = next(p for p in (ROOT / f"{name}.ipynb", ROOT / f"{name}.md") if p.exists())
+        found[path.stem] = path
+    return found
+
+
+def _fences(text: str) -> list[bool]:
+    """For each line: is it inside (or the fence of) a fenced code block?"""
+    inside, fence, out = False, "", []
+    for line in text.split("\n"):
+        m = re.match(r"^(`{3,}|~{3,})", line)
+        if m and (not inside or line.strip() == fence):
+            out.append(True)
+            inside, fence = (not inside), (m.group(1) if not inside else "")
+            continue
+        out.append(inside)
+    return out
+
+
+def _slug(text: str, words: int = 6) -> str:
+    text = re.sub(r"\{\w+(?::\w+)?\}`[^`]*`|\]\([^)]*\)|[*_`$\\]", " ", text.lower())
+    return "-".join(re.findall(r"[a-z0-9]+", text)[:words]) or "cell"
+
+
+def markdown_blocks(text: str) -> list[tuple[str, str, str]]:
+    """A Markdown page as cells: (id, source, separator before it).
+
+    A heading, a paragraph (with any fenced block or `:::` directive inside it) and a table
+    row are each a cell; a table's header and rule are one. Ids are slugs of a cell's first
+    words, so that editing one cell leaves the others' ids alone.
+    """
+    blocks: list[list[str]] = [[]]
+    directive = 0
+    for line, inside in zip(text.split("\n"), _fences(text)):
+        if not inside:
+            if re.match(r"^:{3,}\{", line):
+                directive += 1
+            elif re.match(r"^:{3,}\s*$", line):
+                directive -= 1
+        flat = not inside and directive == 0
+        if flat and re.match(r"^\|[-:| ]+\|\s*$", line) and not blocks[-1]:
+            blocks[-2].append(line)  # a table's rule stays with its header
+        elif flat and not line.strip():
+            blocks.append([])
+        elif flat and (re.match(r"^#{1,6} ", line) or line.startswith("|")
+                       and not re.match(r"^\|[-:| ]+\|\s*$", line)):
+            blocks += [[line], []]
+        else:
+            blocks[-1].append(line)
+    cells, seen = [], {}
+    previous_row = False
+    for block in blocks:
+        source = "\n".join(block).strip("\n")
+        if not source:
+            previous_row = previous_row and not block
+            continue
+        row = source.startswith("|")
+        sep = "\n" if row and previous_row else "\n\n"
+        previous_row = row
+        slug = _slug(source.lstrip("#"))
+        seen[slug] = seen.get(slug, 0) + 1
+        cells.append((slug if seen[slug] == 1 else f"{slug}-{seen[slug]}", source, sep))
+    return cells
+
+
+def pages_root() -> str:
+    return yaml.safe_load((ROOT / "_toc.yml").read_text())["root"]
+
+
+def english_cells(path: Path) -> list[tuple[str, str]]:
+    """(id, source) of every Markdown cell of a page, in order."""
+    if path.suffix == ".md":
+        return [(cid, source) for cid, source, _ in markdown_blocks(path.read_text("utf-8"))]
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    return [(c["id"], "".join(c["source"])) for c in nb["cells"]
+            if c["cell_type"] == "markdown"]
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+# --- catalogs -----------------------------------------------------------------------------
+
+def catalog_path(stem: str) -> Path:
+    return CATALOGS / f"{stem}.yml"
+
+
+def load_catalog(stem: str) -> dict:
+    path = catalog_path(stem)
+    if not path.exists():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of cell ids, got {type(data).__name__}")
+    return data
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _str(dumper, value):
+    style = None if re.fullmatch(r"[\w-]+", value) else "|"  # ids and hashes stay plain
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump_catalog(stem: str, entries: dict) -> None:
+    """Write a catalog in its canonical form (block scalars, English order), atomically."""
+    text = yaml.dump(entries, Dumper=_Dumper, allow_unicode=True, sort_keys=False, width=1000)
+    path = catalog_path(stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".yml.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def edition() -> dict:
+    return yaml.safe_load(EDITION.read_text(encoding="utf-8"))
+
+
+def glossary() -> list[dict]:
+    return yaml.safe_load((CATALOGS / "glossary.yml").read_text(encoding="utf-8"))["terms"]
+
+
+# --- what a translation must keep ----------------------------------------------------------
+
+def _prose(md: str) -> str:
+    """The running text: fenced code, math, inline code and link targets taken out."""
+    keep = [ln for ln, inside in zip(md.split("\n"), _fences(md)) if not inside]
+    text = "\n".join(keep)
+    text = re.sub(r"\$\$.*?\$\$", " ", text, flags=re.S)
+    text = re.sub(r"`[^`]+`", " ", text)
+    text = re.sub(r"\$[^$]+\$", " ", text)
+    text = re.sub(r"\]\([^)\s]*\)", "] ", text)
+    return re.sub(r"^(:{3,}|\(\S+\)=).*$", " ", text, flags=re.M)
+
+
+def structure(md: str) -> dict[str, list]:
+    """What must be the same in a cell and its translation."""
+    fenced = _fences(md)
+    lines = md.split("\n")
+    outside = "\n".join(ln for ln, inside in zip(lines, fenced) if not inside)
+    code_blocks, block = [], []
+    for ln, inside in zip(lines, fenced):
+        if inside:
+            block.append(ln)
+            if len(block) > 1 and re.match(r"^(`{3,}|~{3,})\s*$", ln):
+                code_blocks.append("\n".join(block))
+                block = []
+    no_math = re.sub(r"\$\$.*?\$\$", " ", outside, flags=re.S)
+    no_roles = re.sub(r"\{\w+(?::\w+)?\}`[^`]*`", " ", no_math)
+    no_code = re.sub(r"`[^`]+`", " ", no_roles)  # code first: it may hold a `$`
+    return {
+        "heading levels": [len(m) for m in re.findall(r"^(#{1,6}) ", outside, re.M)],
+        "labels": re.findall(r"^\((\S+)\)=\s*$", outside, re.M),
+        "references": sorted(re.findall(r"\{(?:ref|numref|eq|doc)\}`(?:[^`<]*<)?([^`>]+)>?`",
+                                        outside)),
+        "citations": sorted(k.strip() for keys in re.findall(r"\{cite(?::\w+)?\}`([^`]+)`",
+                                                              outside)
+                            for k in keys.split(",")),
+        "math blocks": re.findall(r"\$\$(.*?)\$\$", outside, re.S),
+        "inline math": sorted({_flat(m) for m in re.findall(r"\$([^$]+)\$", no_code)}),
+        "inline code": sorted({_flat(m) for m in re.findall(r"`([^`]+)`", no_roles)}),
+        "link targets": sorted(re.findall(r"\]\(([^)\s]*)\)", no_code)),
+        "table columns": [ln.count("|") - ln.count("\\|") for ln in outside.split("\n")
+                          if ln.startswith("|")],
+        "directives": re.findall(r"^(:{3,}\{\w+\}|:{3,}$|:\w+:.*$)", outside, re.M),
+        "code blocks": code_blocks,
+    }
+
+
+def _flat(span: str) -> str:
+    """Inline math or code with its line breaks as the spaces they render as."""
+    return re.sub(r"\s+", " ", span).strip()
+
+
+# A line break between two Chinese characters renders as a stray space.
+_WIDE = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
+SOFT_BREAK = re.compile(f"[{_WIDE}]\n[{_WIDE}]")
+
+
+def glossary_problems(md: str, terms: list[dict]) -> list[str]:
+    text = _prose(md)
+    found = []
+    for term in terms:
+        for bad in term.get("avoid", []):
+            pattern = (rf"(?i)\b{re.escape(bad)}\b" if bad.isascii() else re.escape(bad))
+            if re.search(pattern, text):
+                found.append(f"'{term['en']}' is '{term['zh']}' here, not '{bad}'")
+    return found
+
+
+def problems(stem: str, path: Path, terms: list[dict]) -> dict[str, list[str]]:
+    """Every problem of one page's catalog, by kind: missing, stale, orphan, malformed."""
+    out = {"missing": [], "stale": [], "orphan": [], "malformed": []}
+    cells = english_cells(path)
+    try:
+        catalog = load_catalog(stem)
+    except (yaml.YAMLError, ValueError) as e:
+        out["malformed"].append(f"{catalog_path(stem).name}: {e}")
+        return out
+    ids = {cid for cid, _ in cells}
+    out["orphan"] = [f"{cid}: no English cell has this id" for cid in catalog if cid not in ids]
+    for cid, source in cells:
+        entry = catalog.get(cid)
+        if entry is None and _untranslatable(source):
+            continue  # nothing to translate: the English cell is used as it is
+        if not isinstance(entry, dict) or not isinstance(entry.get("md"), str):
+            out["missing"].append(f"{cid}: no translation")
+            continue
+        md = entry["md"]
+        if (md == source or not CJK.search(md)) and not _untranslatable(source):
+            out["missing"].append(f"{cid}: still the English text")
+            continue
+        if entry.get("en_sha256") != sha256(source):
+            out["stale"].append(f"{cid}: the English cell changed since it was translated; "
+                                f"update the translation and set en_sha256: {sha256(source)}")
+        want, got = structure(source), structure(md)
+        for key in want:
+            if want[key] != got[key]:
+                out["malformed"].append(f"{cid}: {key} differ: English {want[key]!r}, "
+                                        f"Chinese {got[key]!r}")
+        out["malformed"] += [f"{cid}: {p}" for p in glossary_problems(md, terms)]
+        if SOFT_BREAK.search(_prose(md)):
+            line = SOFT_BREAK.search(_prose(md)).group(0).replace("\n", "⏎")
+            out["malformed"].append(f"{cid}: a line break between Chinese characters ({line}) "
+                                    "renders as a space; join the lines")
+    return out
+
+
+def _untranslatable(source: str) -> bool:
+    """A cell with no prose to translate (only code, math or a directive)."""
+    return not re.search(r"[A-Za-z]{2,}", _prose(source))
+
+
+# --- the Chinese book -----------------------------------------------------------------------
+
+def translated(stem: str, path: Path) -> list[tuple[str, str]]:
+    """(id, Chinese Markdown) for every cell of a page; raises if any is missing or wrong."""
+    bad = problems(stem, path, glossary())
+    if any(bad.values()):
+        raise SystemExit(f"{stem}: " + "; ".join(m for ms in bad.values() for m in ms[:3]))
+    catalog = load_catalog(stem)
+    return [(cid, catalog[cid]["md"] if cid in catalog else source)
+            for cid, source in english_cells(path)]
+
+
+def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
+    """The English notebook with its Markdown swapped; every other byte as it was."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    md = dict(cells)
+    for cell in nb["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = md[cell["id"]].splitlines(keepends=True)
+    return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
+
+
+def build(out: Path) -> None:
+    """The Chinese book's sources: notebooks, pages, table of contents and configuration."""
+    settings = edition()
+    if out.exists():
+        shutil.rmtree(out)
+    (out / "chapters").mkdir(parents=True)
+    for stem, path in pages().items():
+        cells = translated(stem, path)
+        target = out / path.relative_to(ROOT)
+        if path.suffix == ".ipynb":
+            target.write_text(chinese_notebook(path, cells), encoding="utf-8")
+            continue
+        seps = [sep for _, _, sep in markdown_blocks(path.read_text("utf-8"))]
+        text = "".join(sep + md for sep, (_, md) in zip(seps, cells)).lstrip("\n")
+        if path.stem == pages_root():
+            title, rest = text.split("\n", 1)
+            text = f"{title}\n\n{settings['intro_note'].strip()}\n{rest}"
+        target.write_text(text + "\n", encoding="utf-8")
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    for part in toc["parts"]:
+        part["caption"] = settings["captions"][part["caption"]]
+    (out / "_toc.yml").write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False),
+                                  encoding="utf-8")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config = copy.deepcopy(config)
+    config["title"], config["author"] = settings["title"], settings["author"]
+    config["sphinx"]["config"].update(settings["sphinx"])
+    config["sphinx"]["local_extensions"] = {"edition_link": str(ROOT / "tools")}
+    (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True,
+                                                    sort_keys=False), encoding="utf-8")
+    for name in ("references.bib", "_static"):
+        src = ROOT / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, out / name)
+
+
+# --- the command line -----------------------------------------------------------------------
+
+def status(stems: list[str] | None = None, detail: bool = False) -> int:
+    terms, total, counts = glossary(), 0, {"missing": 0, "stale": 0, "orphan": 0,
+                                           "malformed": 0}
+    for stem, path in pages().items():
+        if stems and stem not in stems:
+            continue
+        found = problems(stem, path, terms)
+        total += len(english_cells(path))
+        for kind, messages in found.items():
+            counts[kind] += len(messages)
+            if messages and (detail or kind != "missing"):
+                for m in messages:
+                    print(f"{kind:9} {stem}: {m}")
+            elif messages:
+                print(f"{kind:9} {stem}: {len(messages)} cells")
+    print(f"{LANG}: {total} cells, " + ", ".join(f"{n} {k}" for k, n in counts.items()))
+    return 1 if any(counts.values()) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("status")
+    for name in ("check", "skeleton"):
+        sub.add_parser(name).add_argument("page", nargs="+")
+    sub.add_parser("show").add_argument("page")
+    sub.add_parser("build").add_argument("out", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        return status()
+    if args.command == "check":
+        return status(args.page, detail=True)
+    if args.command == "build":
+        build(args.out)
+        return 0
+    all_pages = pages()
+    for stem in [args.page] if args.command == "show" else args.page:
+        if stem not in all_pages:
+            raise SystemExit(f"page: expected one of {', '.join(all_pages)}, got {stem!r}")
+    if args.command == "show":
+        for cid, source in english_cells(all_pages[args.page]):
+            print(f"=== {cid}  en_sha256: {sha256(source)}\n{source}\n")
+        return 0
+    for stem in args.page:
+        catalog, ordered = load_catalog(stem), {}
+        for cid, source in english_cells(all_pages[stem]):
+            if cid in catalog or not _untranslatable(source):
+                ordered[cid] = catalog.pop(cid, {"en_sha256": sha256(source), "md": source})
+        dump_catalog(stem, ordered | catalog)  # orphans last, for `status` to report
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
