@@ -8,9 +8,9 @@ page's stem), mapping each English Markdown cell's id to
     md: the Chinese Markdown
 
 A Markdown page (`intro.md`, ...) is split into cells: each heading, paragraph and table row;
-a cell's id is the slug of its first words. `i18n/zh_CN/glossary.yml` fixes one rendering per term; `i18n/zh_CN.yml` holds
-what is not a page (the book's title, the part captions, the note on the Chinese intro, the
-links between the editions).
+a cell's id is the slug of its first words. `i18n/zh_CN/glossary.yml` fixes one rendering per
+term; `i18n/zh_CN.yml` holds what is not a page (the book's title, the part captions, the note
+on the Chinese intro, the links between the editions).
 
 Usage:
   python tools/i18n.py status            what is missing, stale, orphaned or malformed
@@ -288,11 +288,22 @@ def _untranslatable(source: str) -> bool:
 
 # --- the Chinese book -----------------------------------------------------------------------
 
-def translated(stem: str, path: Path) -> list[tuple[str, str]]:
-    """(id, Chinese Markdown) for every cell of a page; raises if any is missing or wrong."""
+class TranslationError(Exception):
+    """A page's translation is missing, stale or malformed."""
+
+
+def translated(stem: str, path: Path, strict: bool = True) -> list[tuple[str, str]]:
+    """(id, Chinese Markdown) for every cell of a page.
+
+    Raises TranslationError if any cell's translation is missing or malformed, or (when
+    `strict`) stale: the Chinese book is built only from current translations.
+    """
     bad = problems(stem, path, glossary())
+    if not strict:
+        bad["stale"] = []
     if any(bad.values()):
-        raise SystemExit(f"{stem}: " + "; ".join(m for ms in bad.values() for m in ms[:3]))
+        raise TranslationError(f"{stem}: " + "; ".join(m for ms in bad.values() for m in ms[:3])
+                               + " (`make i18n-status` lists them all)")
     catalog = load_catalog(stem)
     return [(cid, catalog[cid]["md"] if cid in catalog else source)
             for cid, source in english_cells(path)]
@@ -308,14 +319,14 @@ def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
-def build(out: Path) -> None:
+def build(out: Path, strict: bool = True) -> None:
     """The Chinese book's sources: notebooks, pages, table of contents and configuration."""
     settings = edition()
     if out.exists():
         shutil.rmtree(out)
     (out / "chapters").mkdir(parents=True)
     for stem, path in pages().items():
-        cells = translated(stem, path)
+        cells = translated(stem, path, strict)
         target = out / path.relative_to(ROOT)
         if path.suffix == ".ipynb":
             target.write_text(chinese_notebook(path, cells), encoding="utf-8")
@@ -378,7 +389,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         return status(args.page, detail=True)
     if args.command == "build":
-        build(args.out)
+        try:
+            build(args.out)
+        except TranslationError as e:
+            raise SystemExit(f"i18n.py build: {e}") from None
         return 0
     all_pages = pages()
     for stem in [args.page] if args.command == "show" else args.page:
