@@ -14,8 +14,10 @@ endif
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # Two workers (one per core here), each file (a notebook, a test module) whole on one worker;
 # one thread each, so that the two do not fight over the cores (`make test JOBS=1` for one).
+# The few cells and tests that set more threads wait passively: spinning OpenMP threads on a
+# core the other worker is using made a 2-thread test 3 to 15 times slower.
 JOBS ?= 2
-PYTEST := OMP_NUM_THREADS=1 $(PY) -m pytest -n $(JOBS) --dist loadfile
+PYTEST := OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(JOBS) --dist loadfile
 # `make test NB=chapters/05_rmsnorm.ipynb`: that chapter's outputs and its module's tests.
 ifdef NB
 TESTS := $(NB) $(wildcard $(patsubst %,tests/test_%.py,$(shell sed -n 's/.*#| default_exp \([a-z_]*\).*/\1/p' $(NB))))
