@@ -15,7 +15,7 @@ NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # Two workers (one per core here), each file (a notebook, a test module) whole on one worker;
 # one thread each, so that the two do not fight over the cores (`make test JOBS=1` for one).
 # The few cells and tests that set more threads wait passively: spinning OpenMP threads on a
-# core the other worker is using made a 2-thread test 3 to 15 times slower.
+# core the other worker is using made a 2-thread test 3 to 16 times slower.
 JOBS ?= 2
 PYTEST := OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(JOBS) --dist loadfile
 # `make test NB=chapters/05_rmsnorm.ipynb`: that chapter's outputs and its module's tests.
