@@ -23,7 +23,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import copy
 import hashlib
 import json
 import re
@@ -274,8 +273,9 @@ def problems(stem: str, path: Path, terms: list[dict]) -> dict[str, list[str]]:
                 out["malformed"].append(f"{cid}: {key} differ: English {want[key]!r}, "
                                         f"Chinese {got[key]!r}")
         out["malformed"] += [f"{cid}: {p}" for p in glossary_problems(md, terms)]
-        if SOFT_BREAK.search(_prose(md)):
-            line = SOFT_BREAK.search(_prose(md)).group(0).replace("\n", "⏎")
+        soft = SOFT_BREAK.search(_prose(md))
+        if soft:
+            line = soft.group(0).replace("\n", "⏎")
             out["malformed"].append(f"{cid}: a line break between Chinese characters ({line}) "
                                     "renders as a space; join the lines")
     return out
@@ -343,7 +343,6 @@ def build(out: Path, strict: bool = True) -> None:
     (out / "_toc.yml").write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False),
                                   encoding="utf-8")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config = copy.deepcopy(config)
     config["title"], config["author"] = settings["title"], settings["author"]
     config["sphinx"]["config"].update(settings["sphinx"])
     config["sphinx"]["local_extensions"] = {"edition_link": str(ROOT / "tools")}
