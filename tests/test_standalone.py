@@ -34,10 +34,19 @@ nbformat.write(nb, sys.argv[2])
 
 
 def _pins() -> list[str]:
-    """The exact pins of requirements.txt, e.g. 'torch==2.13.0'."""
+    """The exact pins of requirements.txt, e.g. 'torch==2.13.0', at the versions this
+    environment has (`make test-compat` runs torch 2.11 in place of the pinned one)."""
     lines = (line.split("#")[0].strip()
              for line in (ROOT / "requirements.txt").read_text().splitlines())
-    return [line for line in lines if "==" in line]
+    pins = []
+    for line in lines:
+        if "==" in line:
+            name = line.split("==")[0].strip()
+            try:
+                pins.append(f"{name}=={metadata.version(name)}")
+            except metadata.PackageNotFoundError:
+                pins.append(line)
+    return pins
 
 
 def _closure(names) -> set[str]:

@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 from torch import nn
 from torch.distributed.checkpoint.state_dict import (StateDictOptions,
                                                      get_model_state_dict)
+from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from tlm.embedding import Embedding
@@ -103,9 +104,11 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
     if mode == "torch-ddp":
         wrapped = nn.parallel.DistributedDataParallel(model)
     if mode == "torch-fsdp":  # FSDP2: each block a unit that gathers as a whole
+        # the CPU, said: FSDP2's default mesh is CUDA's wherever CUDA exists
+        mesh = init_device_mesh("cpu", (world_size,))
         for block in model.layers:
-            fully_shard(block)
-        wrapped = fully_shard(model)
+            fully_shard(block, mesh=mesh)
+        wrapped = fully_shard(model, mesh=mesh)
     trainable = [p for p in wrapped.parameters() if p.requires_grad]
     if mode == "zero":
         optimizer = ShardedOptimizer(trainable, torch.optim.AdamW, lr=1e-2)
@@ -262,8 +265,11 @@ class _Gathered(torch.autograd.Function):
         ctx.save_for_backward(inputs, shard)
         weight = fsdp._gather(shard, shape)
         if kind == "embedding":  # the residual stream stays float32
-            return weight.index_select(0, inputs.reshape(-1)).view(
-                *inputs.shape, shape[1]).float()
+            rows = weight.index_select(0, inputs.reshape(-1))
+            rows = rows.view(*inputs.shape, shape[1])
+            # not rows.float() always: on float32 it returns rows itself, which
+            # torch.compile 2.11 mishandles (the RMSNorm chapter's rule)
+            return rows if rows.dtype == torch.float32 else rows.float()
         return inputs.to(weight.dtype) @ weight.T
 
     @staticmethod

@@ -20,7 +20,8 @@ class _RMSNormFunction(torch.autograd.Function):
         x_hat = x32 * inv_rms
         ctx.save_for_backward(x_hat, inv_rms, weight)
         ctx.x_dtype = x.dtype
-        return (x_hat * weight).to(x.dtype)
+        y = x_hat * weight  # a new tensor, returned as it is (see below)
+        return y if y.dtype == x.dtype else y.to(x.dtype)
 
     @staticmethod
     @once_differentiable

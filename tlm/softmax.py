@@ -18,10 +18,11 @@ class _Softmax(torch.autograd.Function):
         wide = torch.promote_types(x.dtype, torch.float32)
         shift = x.amax(dim=dim, keepdim=True).to(wide)
         shift.masked_fill_(shift == float("-inf"), 0.0)  # all -inf: exp gives 0s
-        y = (x - shift).exp_()  # exp in place: one new tensor for the whole forward
-        total = y.sum(dim=dim, keepdim=True)
-        y /= total.clamp_min(torch.finfo(total.dtype).tiny)
-        y = y.to(x.dtype)  # rounded once (nothing to do for float32 and float64)
+        e = (x - shift).exp_()  # exp in place, on a temporary
+        total = e.sum(dim=dim, keepdim=True).clamp_min(torch.finfo(e.dtype).tiny)
+        y = e / total  # a new tensor, returned as it is (the RMSNorm chapter's rule)
+        if y.dtype != x.dtype:
+            y = y.to(x.dtype)  # 16-bit: rounded once
         ctx.save_for_backward(y)
         ctx.dim = dim
         return y

@@ -7,6 +7,7 @@ import math
 import os
 import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,13 +19,30 @@ def get_device(name: str | None = None) -> torch.device:
     """The device notebooks run on: `name`, else $TLM_DEVICE, else cuda, mps, cpu."""
     name = name or os.environ.get("TLM_DEVICE")
     if name:
-        return torch.device(name)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    mps = getattr(torch.backends, "mps", None)
-    if mps is not None and mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
+        device = torch.device(name)
+    elif torch.cuda.is_available():
+        device = torch.device("cuda")
+    else:
+        mps = getattr(torch.backends, "mps", None)
+        available = mps is not None and mps.is_available()
+        device = torch.device("mps" if available else "cpu")
+    if device.type == "cuda":
+        _start_backward_thread(device)
+    return device
+
+
+def _start_backward_thread(device: torch.device) -> None:
+    """One small backward pass on the device, its one-time cuBLAS warning silenced.
+
+    Autograd runs a device's backward passes on a thread of its own, which may have no
+    CUDA context yet; the first matrix product there warns, once per process, that it
+    sets one ("Attempting to run cuBLAS, but there was no current CUDA context").
+    Harmless, but it would land on stderr in whichever cell first runs a backward pass.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Attempting to run cuBLAS")
+        a = torch.ones(2, 2, device=device, requires_grad=True)
+        (a @ a).sum().backward()
 
 
 def _describe(value) -> str:
