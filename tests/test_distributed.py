@@ -321,6 +321,50 @@ def test_fsdp_follows_one_process_and_resumes(runs):
                                                for v in saved["model"].values())
 
 
+_AS_IF_WITH_A_GPU = """
+import sys
+
+import torch
+
+import tlm.train
+
+# FSDP2 builds its default device mesh on the machine's accelerator: here, CUDA
+torch._C._get_accelerator = lambda *args, **kwargs: torch.device("cuda")
+shard = tlm.train.fully_shard
+
+
+def fully_shard(module, **kwargs):
+    mesh = kwargs.get("mesh")
+    print("mesh:", None if mesh is None else mesh.device_type)
+    return shard(module, **kwargs)
+
+
+tlm.train.fully_shard = fully_shard
+from tlm.cli import main
+
+sys.exit(main(["train", *sys.argv[1:]]))
+"""
+
+
+def test_fsdp_on_the_cpu_of_a_machine_with_a_gpu(runs, tmp_path):
+    """Its mesh is on the run's device: FSDP2's default, CUDA's on a machine that has a
+    GPU, failed there on rank 1 ("CUDA error: invalid device ordinal")."""
+    script = tmp_path / "with_a_gpu.py"
+    script.write_text(_AS_IF_WITH_A_GPU)
+    args = ["--data-dir", runs / "data", "--out-dir", tmp_path / "run", *TINY, "--fsdp",
+            "--steps", 2, "--warmup-steps", 1, "--checkpoint-every", 2]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc-per-node", "2"]
+    done = subprocess.run([*torchrun, str(script), *map(str, args)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    meshes = [line for line in done.stdout.splitlines() if line.startswith("mesh:")]
+    assert meshes == ["mesh: cpu"] * 2 * 3  # in each process: the 2 blocks, the model
+    saved = torch.load(tmp_path / "run/checkpoint.pt", weights_only=True)
+    assert saved["iteration"] == 2
+
+
 def test_fsdp_refuses_one_process_and_a_model_too_small(runs):
     alone = _tlm_train("--data-dir", runs / "data", "--out-dir", runs / "x", *TINY, "--fsdp")
     assert alone.returncode == 2

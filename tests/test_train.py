@@ -2,12 +2,16 @@
 `tlm generate`, `tlm data` and `tlm doctor`.
 
 The runs here use a byte-level vocabulary and a 2-layer model of width 32, so that the
-resume and kill tests take seconds.
+resume and kill tests take seconds. They train and sample on the CPU, whatever the
+machine has: several compare weights or samples bit for bit, which CUDA repeats only
+with --deterministic (the tests that need CUDA say so, and skip without it).
 """
 
+import importlib.metadata
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,7 +32,7 @@ from tlm.train import (HELD_OUT, evaluate, get_batch, play_text, shakespeare_spl
 ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--context-length", "16", "--d-model", "32", "--num-layers", "2",
         "--num-heads", "2", "--d-ff", "64", "--batch-size", "4", "--warmup-steps", "2",
-        "--eval-windows", "4", "--log-every", "1", "--quiet"]
+        "--eval-windows", "4", "--log-every", "1", "--quiet", "--device", "cpu"]
 
 
 def byte_vocab() -> dict[int, bytes]:
@@ -263,7 +267,9 @@ def test_train_model_checks_the_data_files_exist(tmp_path):
 # --- tlm generate ---------------------------------------------------------------------
 
 def run_generate(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "tlm", "generate", *map(str, args)],
+    """`tlm generate ARGS` on the CPU (a --device in ARGS comes later and wins)."""
+    return subprocess.run([sys.executable, "-m", "tlm", "generate", "--device", "cpu",
+                           *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
@@ -290,9 +296,14 @@ def test_generate_samples_reproducibly_and_the_cache_changes_nothing(run_dir):
     assert expected.shape == (7 + 40,) and 256 not in expected.tolist()
     assert cached.stdout == tokenizer.decode(expected.tolist()) + "\n"
     long = "the cat sat on the mat. the cat"  # a prompt longer than the context
-    out = [run_generate(ckpt, "--prompt", long, "--seed", 1, *cache) for cache in ([], ["--no-cache"])]
-    assert out[0].returncode == 0 and out[0].stdout == out[1].stdout
-    assert out[0].stdout.startswith(long) and len(out[0].stdout) > len(long) + 1
+    for how in (["--seed", 1], ["--temperature", 0]):
+        out = [run_generate(ckpt, "--prompt", long, *how, *cache)
+               for cache in ([], ["--no-cache"])]
+        assert out[0].returncode == 0 and out[0].stdout == out[1].stdout
+        assert out[0].stdout.startswith(long)
+    # greedy writes past the prompt; a draw may pick <|endoftext|> first and stop (as
+    # torch 2.11's random numbers do with seed 1), which the training text never has
+    assert len(out[0].stdout) > len(long) + 1
     two = run_generate(ckpt, "--num-samples", 2, "--max-new-tokens", 5)
     assert two.returncode == 0 and two.stdout.count("\n---\n") == 1
 
@@ -614,3 +625,295 @@ def test_generate_takes_a_run_directory_and_a_folder_named_shakespeare(run_dir, 
                                "cpu"], capture_output=True, text=True, cwd=tmp_path,
                               timeout=300)
     assert packaged.returncode == 0 and packaged.stdout.startswith("HAMLET:")
+
+
+# --- --deterministic ------------------------------------------------------------------
+
+def _deterministic_at_each_batch(monkeypatch) -> list[bool]:
+    """Whether torch's deterministic mode is on whenever a run draws a batch."""
+    seen, real = [], tlm.train.get_batch
+
+    def spy(*args, **kwargs):
+        seen.append(torch.are_deterministic_algorithms_enabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tlm.train, "get_batch", spy)
+    return seen
+
+
+def test_deterministic_reaches_torch_is_kept_on_resume_and_resumes_bit_for_bit(
+        data_dir, tmp_path, monkeypatch):
+    seen = _deterministic_at_each_batch(monkeypatch)
+    common = [*TINY, "--data-dir", data_dir, "--steps", 12, "--checkpoint-every", 6,
+              "--eval-every", 6, "--deterministic"]  # on the CPU, as TINY says
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "a"]))) == 0
+    assert len(seen) == 12 and all(seen)
+    assert not torch.are_deterministic_algorithms_enabled()  # as before the run
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "b",
+                                "--stop-at", 6]))) == 0
+    seen.clear()  # the flag is not given again: the checkpoint has it
+    assert _main(list(map(str, ["--out-dir", tmp_path / "b", "--data-dir", data_dir,
+                                "--resume", "--quiet"]))) == 0
+    assert len(seen) == 6 and all(seen)
+    resumed = torch.load(tmp_path / "b/checkpoint.pt", weights_only=True)
+    assert resumed["config"]["deterministic"] is True
+    a = weights(tmp_path / "a/checkpoint.pt")
+    assert all(torch.equal(a[k], resumed["model"][k]) for k in a)
+    seen.clear()  # a run without the flag leaves the mode alone
+    assert _main(list(map(str, [*common[:-1], "--out-dir", tmp_path / "c"]))) == 0
+    assert seen and not any(seen)
+
+
+def test_train_model_restores_the_callers_deterministic_mode(data_dir, tmp_path):
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        args = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path, "--steps", 3,
+                "--deterministic"]
+        assert _main(list(map(str, args))) == 0
+        assert torch.are_deterministic_algorithms_enabled()
+        assert torch.is_deterministic_algorithms_warn_only_enabled()
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.parametrize("value, started, message", [
+    (":0:0", False, "--deterministic: CUBLAS_WORKSPACE_CONFIG must be :4096:8 or "
+                    ":16:8, got ':0:0'"),
+    (None, True, "--deterministic: CUDA started before CUBLAS_WORKSPACE_CONFIG was "
+                 "set; set CUBLAS_WORKSPACE_CONFIG=:4096:8 before starting Python"),
+    (None, False, None),  # set here, before cuBLAS reads it
+    (":16:8", True, None),  # cuBLAS's other deterministic setting
+])
+def test_deterministic_on_cuda_needs_the_cublas_workspace_setting(monkeypatch, value,
+                                                                   started, message):
+    """The rule, on any machine: torch's view of CUDA is patched."""
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: started)
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", "restored after the test")
+    if value is None:
+        monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG")
+    else:
+        monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", value)
+    try:
+        if message is not None:
+            with pytest.raises(ValueError, match=re.escape(message)):
+                tlm.train._make_deterministic(torch.device("cuda"))
+            assert not torch.are_deterministic_algorithms_enabled()
+        else:
+            tlm.train._make_deterministic(torch.device("cuda"))
+            assert torch.are_deterministic_algorithms_enabled()
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == (value or ":4096:8")
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_deterministic_on_cuda_refuses_another_cublas_workspace(data_dir, tmp_path,
+                                                                 monkeypatch, capsys):
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":0:0")
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path,
+                                "--device", "cuda", "--deterministic"])))
+    assert code == 2 and not (tmp_path / "checkpoint.pt").exists()
+    assert capsys.readouterr().err == ("error: --deterministic: "
+                                       "CUBLAS_WORKSPACE_CONFIG must be :4096:8 or "
+                                       ":16:8, got ':0:0'\n")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_deterministic_on_cuda_resumes_bit_for_bit(data_dir, tmp_path):
+    """On CUDA, in new processes (cuBLAS reads its setting when it starts)."""
+    env = {k: v for k, v in os.environ.items() if k != "CUBLAS_WORKSPACE_CONFIG"}
+    common = [*TINY, "--data-dir", data_dir, "--steps", 40, "--checkpoint-every", 20,
+              "--eval-every", 20, "--device", "cuda", "--deterministic"]
+    for args in ([*common, "--out-dir", tmp_path / "a"],
+                 [*common, "--out-dir", tmp_path / "b", "--stop-at", 20],
+                 ["--out-dir", tmp_path / "b", "--data-dir", data_dir, "--resume"]):
+        done = subprocess.run([sys.executable, "-m", "tlm", "train", *map(str, args)],
+                              capture_output=True, text=True, cwd=ROOT, timeout=300,
+                              env=env)
+        assert done.returncode == 0, done.stderr
+    a, b = weights(tmp_path / "a/checkpoint.pt"), weights(tmp_path / "b/checkpoint.pt")
+    assert all(v.is_cuda for v in a.values())
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# --- --compile: compiled gradients checked against eager ones -----------------------
+
+class _Scaled(torch.autograd.Function):
+    """The identity, whose backward pass multiplies the gradient by `scale`."""
+
+    @staticmethod
+    def forward(ctx, w, scale):
+        ctx.scale = scale
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.scale, None
+
+
+def _wrong_compiler(name: str, scale: float):
+    """A stand-in for torch.compile that computes the forward pass right and the
+    gradient of the parameter `name` `scale` times too large, as a broken compiler
+    could."""
+    def compile(module, *args, **kwargs):
+        def forward(x):
+            params = dict(module.named_parameters())
+            params[name] = _Scaled.apply(params[name], scale)
+            return torch.func.functional_call(module, params, (x,))
+        return forward
+    return compile
+
+
+Q = "layers.0.attn.q_proj.weight"
+
+
+def _tiny_model_and_batch():
+    config = {**tlm.train.MODEL_OPTIONS, **tlm.train.OPTIMIZER_OPTIONS,
+              "vocab_size": 257, "context_length": 16, "d_model": 32, "num_layers": 2,
+              "num_heads": 2, "d_ff": 64}
+    model = tlm.train.build_model(config)
+    ids = torch.randint(0, 257, (4, 17), generator=torch.Generator().manual_seed(0))
+    return model, ids[:, :-1], ids[:, 1:]
+
+
+@pytest.mark.parametrize("scale, stops", [
+    (0.0, True), (-1.0, True), (2.0, True), (1.01, True), (1.002, True),
+    (1 + 1e-4, False), (1.0, False)])
+def test_the_compile_check_stops_gradients_off_by_more_than_its_tolerance(scale, stops):
+    model, x, y = _tiny_model_and_batch()
+    wrong = _wrong_compiler(Q, scale)(model)
+    rng = torch.get_rng_state()
+    errors = tlm.train._gradient_errors(model, wrong, x, y)
+    assert errors[Q] == pytest.approx(abs(scale - 1), rel=1e-3, abs=1e-6)
+    assert max(errors.values()) == errors[Q] or scale == 1
+    assert tlm.train.COMPILE_TOLERANCE == 1e-3
+    if stops:
+        with pytest.raises(tlm.train.CompileCheckError, match=re.escape(
+                f"in float32, {Q} is off by a relative error of {errors[Q]:.2g} "
+                "against eager (at most 0.001); train without --compile")):
+            tlm.train._check_compiled(model, wrong, x, y)
+    else:
+        tlm.train._check_compiled(model, wrong, x, y)
+    # the run goes on as without the check: no gradient kept, no random number drawn
+    assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_compile_run_with_wrong_gradients_stops_before_its_first_step(
+        data_dir, tmp_path, monkeypatch, capsys, dtype):
+    """Checked in float32 whatever --dtype says."""
+    monkeypatch.setattr(torch, "compile", _wrong_compiler(Q, 0.0))
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path,
+                                "--compile", "--dtype", dtype])))
+    err = capsys.readouterr().err
+    assert code == 1 and len(err.splitlines()) == 1, err
+    assert err == (f"error: --compile: torch {torch.__version__} compiled this model "
+                   f"into wrong gradients: in float32, {Q} is off by a relative error "
+                   "of 1 against eager (at most 0.001); train without --compile\n")
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_a_compile_run_whose_gradients_are_right_trains(data_dir, tmp_path,
+                                                        monkeypatch):
+    """A scale within the tolerance passes the check, and the run then trains with
+    the 'compiled' forward pass."""
+    monkeypatch.setattr(torch, "compile", _wrong_compiler(Q, 1 + 1e-5))
+    common = [*TINY, "--data-dir", data_dir, "--steps", 6, "--checkpoint-every", 3]
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "c", "--compile",
+                                "--stop-at", 3]))) == 0
+    assert _main(list(map(str, ["--out-dir", tmp_path / "c", "--data-dir", data_dir,
+                                "--resume", "--quiet"]))) == 0  # checked again
+    assert torch.load(tmp_path / "c/checkpoint.pt", weights_only=True)["iteration"] == 6
+
+
+def test_torch_compile_passes_the_check_and_trains(data_dir, tmp_path, capsys):
+    """The real compiler (inductor), on the tiny model without its RMSNorms: torch 2.11
+    compiles the RMSNorm's hand-written backward into wrong gradients, which the check
+    stops, until the RMSNorm chapter avoids it."""
+    torch._dynamo.reset()
+    args = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path, "--steps", 3,
+            "--ablation", "no_rmsnorm", "--compile"]
+    assert _main(list(map(str, args))) == 0, capsys.readouterr().err
+
+
+# --- a run that does not learn --------------------------------------------------------
+
+def _warnings(err: str, log: Path) -> tuple[list[str], list[int]]:
+    """The warning lines on stderr, and the steps of the log's warning records."""
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    return ([line for line in err.splitlines() if line.startswith("warning: ")],
+            [r["step"] for r in records if "warning" in r])
+
+
+def test_a_run_that_does_not_learn_is_warned_about(data_dir, tmp_path, monkeypatch,
+                                                   capsys):
+    common = [*TINY, "--data-dir", data_dir, "--steps", 60, "--eval-every", 30,
+              "--checkpoint-every", 30]
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "learns"]))) == 0
+    assert _warnings(capsys.readouterr().err, tmp_path / "learns/log.jsonl") == ([], [])
+    monkeypatch.setattr(tlm.train, "get_lr_cosine_schedule", lambda *args: 0.0)
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "flat"]))) == 0
+    lines, steps = _warnings(capsys.readouterr().err, tmp_path / "flat/log.jsonl")
+    assert steps == [60] and len(lines) == 1  # step 30 is too early to tell
+    assert re.fullmatch(r"warning: the training loss of step 60, \d\.\d{3}, is not "
+                        r"5% below step 1's, \d\.\d{3}: the model is not learning "
+                        r"\(is --lr too small\? with --compile, try without it\)",
+                        lines[0])
+    # resumed, from a checkpoint of step 30 that has step 1's loss, or (an older tlm's)
+    # that has not: then from the log
+    for keep in (True, False):
+        out = tmp_path / f"resumed-{keep}"
+        assert _main(list(map(str, [*common, "--out-dir", out, "--stop-at", 30]))) == 0
+        if not keep:
+            state = torch.load(out / "checkpoint.pt", weights_only=True)
+            del state["first_loss"]
+            torch.save(state, out / "checkpoint.pt")
+        capsys.readouterr()
+        assert _main(list(map(str, ["--out-dir", out, "--data-dir", data_dir,
+                                    "--resume", "--quiet"]))) == 0
+        assert _warnings(capsys.readouterr().err, out / "log.jsonl") == (lines, [60])
+
+
+# --- tlm doctor -----------------------------------------------------------------------
+
+def _doctor_rows(capsys) -> dict[str, str]:
+    assert main(["doctor"]) == 0
+    return {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+
+
+def test_doctor_reports_a_package_without_metadata(monkeypatch, capsys):
+    """Importable from a folder on PYTHONPATH, say, with no distribution metadata."""
+    real = importlib.metadata.version
+
+    def version(name):
+        if name == "numpy":
+            raise importlib.metadata.PackageNotFoundError(name)
+        return real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert _doctor_rows(capsys)["numpy"].split(None, 1)[1].startswith(
+        "installed (no metadata)")
+
+
+@pytest.mark.parametrize("version, tested", [
+    ("2.11.0", True), ("2.13.0+cu130", True), ("2.12.1+cpu", True),
+    ("2.10.2", False), ("2.14.0.dev20270101+cu130", False), ("3.0.0", False),
+    ("unknown", False)])
+def test_doctor_says_whether_torch_is_in_the_tested_range(monkeypatch, capsys, version,
+                                                          tested):
+    monkeypatch.setattr(torch, "__version__", version)
+    row = _doctor_rows(capsys)["torch"]
+    assert row.split()[1] == version
+    verdict = "tested;" if tested else "warning: outside the tested range 2.11-2.13;"
+    assert row.split(None, 2)[2].startswith(verdict)
+
+
+def test_pyproject_admits_the_tested_torch_range():
+    import tomllib
+
+    from tlm.cli import TESTED_TORCH
+    (a, b), (c, d) = TESTED_TORCH
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert [r for r in project["dependencies"] if re.match(r"torch\b", r)] == \
+        [f"torch>={a}.{b},<{c}.{d + 1}"]

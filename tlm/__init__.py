@@ -16,7 +16,7 @@ from .accounting import param_breakdown, count_params, flops_breakdown, forward_
 from .tokenizer import split_on_special_tokens, chunk_boundaries, train_bpe, package_data_path, Tokenizer
 from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule, gradient_clipping, adamw_memory_bytes, adamw_step_flops, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
 from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate
-from .train import play_text, shakespeare_splits, write_shakespeare, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, check_config, load_tokens, train_model, plot_log, load_run, param_groups
+from .train import play_text, shakespeare_splits, write_shakespeare, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, check_config, load_tokens, train_model, CompileCheckError, plot_log, load_run, param_groups
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .distributed import run_processes, DDP, ShardedOptimizer, FSDP, peak_flops, join_from_environment, mixed_precision
 from .tokenizer_files import read_vocab, read_merges, write_vocab, write_merges, load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file

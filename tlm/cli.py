@@ -8,6 +8,7 @@ import importlib.util
 import os
 import pickle
 import platform
+import re
 import sys
 import tempfile
 import time
@@ -20,8 +21,8 @@ from tlm.generation import generate
 from tlm.tokenizer import IAMBIC, WHISPER, Tokenizer, train_bpe
 from tlm.tokenizer_files import encode_file, read_vocab, write_merges, write_vocab
 from tlm.train import (ABLATIONS, DECAY, DTYPES, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
-                       RUN_OPTIONS, SHAKESPEARE_MODEL, _device, _run_state, load_run,
-                       prepare_shakespeare, train_model)
+                       RUN_OPTIONS, SHAKESPEARE_MODEL, CompileCheckError, _device,
+                       _run_state, load_run, prepare_shakespeare, train_model)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,8 +33,9 @@ class _Parser(argparse.ArgumentParser):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`tlm SUBCOMMAND ...`; returns the exit status: 0, 1 for a run that diverged,
-    2 for bad input (one line on stderr), 130 when interrupted (Ctrl-C)."""
+    """`tlm SUBCOMMAND ...`; returns the exit status: 0, 1 for a run that diverged or
+    whose compiled gradients are wrong, 2 for bad input (one line on stderr), 130 when
+    interrupted (Ctrl-C)."""
     parser = _Parser(prog="tlm", description="Data, tokenizer, training and sampling "
                      "for the tlm book's Transformer LM.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
@@ -45,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, pickle.UnpicklingError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except FloatingPointError as error:  # a diverged run: not the input's fault
+    except (FloatingPointError, CompileCheckError) as error:  # not the input's fault
         print(f"error: {error}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # files are replaced whole: the last ones stay intact
@@ -152,7 +154,13 @@ _HELP = {"vocab_size": "default: the tokenizer's",
          "stop_at": "stop at this step with a checkpoint; --resume goes on",
          "max_minutes": "stop with a checkpoint after this many minutes",
          "device": "default: $TLM_DEVICE, else cuda, else mps, else cpu",
-         "compile": "use torch.compile",
+         "compile": "use torch.compile, after checking on one batch that its gradients "
+                    "are the eager model's (exit status 1 if not)",
+         "deterministic": "torch's deterministic algorithms, and on CUDA "
+                          "CUBLAS_WORKSPACE_CONFIG=:4096:8 (slower): a resumed run "
+                          "then ends bit for bit as an uninterrupted one on CUDA too, "
+                          "as on a CPU always (same thread count); without it, within "
+                          "float rounding on a GPU",
          "tie_embeddings": "one matrix for the token embedding and lm_head",
          "grad_accum_steps": "micro-batches of --batch-size a step, in each process "
                              "(default: 1)",
@@ -185,7 +193,8 @@ def _add_train(sub) -> None:
             group.add_argument(flag, type=_TYPES.get(name, type(default)), help=text,
                                metavar=name.upper(), choices=choices)
     p.add_argument("--resume", action="store_true", help="continue from "
-                   "OUT_DIR/checkpoint.pt; options not given are taken from it")
+                   "OUT_DIR/checkpoint.pt; options not given are taken from it "
+                   "(bit for bit on a CPU, on CUDA with --deterministic)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(run=_train)
 
@@ -279,6 +288,7 @@ def _generate(args) -> int:
     return 0
 
 
+TESTED_TORCH = ((2, 11), (2, 13))  # the oldest and newest torch (major, minor) tested
 _PACKAGES = [  # (import name, distribution, what needs it; None: tlm itself)
     ("numpy", "numpy", None), ("einops", "einops", None),
     ("jaxtyping", "jaxtyping", None), ("regex", "regex", None), ("tqdm", "tqdm", None),
@@ -298,9 +308,29 @@ def _add_doctor(sub) -> None:
     p.set_defaults(run=_doctor)
 
 
+def _torch_row() -> tuple[str, str, str]:
+    """torch's version, whether it is in the tested range, and the CPU threads."""
+    (a, b), (c, d) = TESTED_TORCH
+    found = re.match(r"(\d+)\.(\d+)", torch.__version__)  # 2.13.0+cu130: (2, 13)
+    tested = found is not None and (a, b) <= (int(found[1]), int(found[2])) <= (c, d)
+    outside = f"warning: outside the tested range {a}.{b}-{c}.{d}"
+    verdict = "tested" if tested else outside
+    n = torch.get_num_threads()
+    threads = f"{n} CPU thread{'s' if n > 1 else ''}"
+    return "torch", torch.__version__, f"{verdict}; {threads}"
+
+
+def _version(distribution: str) -> str:
+    """A package's version, from its metadata: none for one importable from a folder
+    on PYTHONPATH, say."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "installed (no metadata)"
+
+
 def _doctor(args) -> int:
-    rows = [("python", platform.python_version(), "ok"),
-            ("torch", torch.__version__, f"{torch.get_num_threads()} CPU threads")]
+    rows = [("python", platform.python_version(), "ok"), _torch_row()]
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             name = torch.cuda.get_device_name(i)
@@ -324,8 +354,7 @@ def _doctor(args) -> int:
             how = f"pip install {'--no-deps ' if '==' in spec else ''}{spec}"
             rows.append((module, "missing", f"{how}  ({use or 'tlm needs it'})"))
         else:
-            version = importlib.metadata.version(spec.split("==")[0])
-            rows.append((module, version, use or "ok"))
+            rows.append((module, _version(spec.split("==")[0]), use or "ok"))
     width = max(len(name) for name, _, _ in rows)
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:<16}  {note}")
