@@ -664,6 +664,21 @@ def test_deterministic_reaches_torch_is_kept_on_resume_and_resumes_bit_for_bit(
     assert seen and not any(seen)
 
 
+
+def test_a_resumed_run_can_turn_off_what_its_checkpoint_turned_on(data_dir, tmp_path,
+                                                                  monkeypatch):
+    """Every on/off option has a --no- form: --no-deterministic (or --no-compile) on
+    --resume drops what the checkpoint's settings say."""
+    seen = _deterministic_at_each_batch(monkeypatch)
+    common = ["--out-dir", tmp_path, "--data-dir", data_dir]
+    assert _main(list(map(str, [*TINY, *common, "--steps", 8, "--checkpoint-every", 4,
+                                "--eval-every", 4, "--deterministic", "--stop-at", 4]))) == 0
+    seen.clear()
+    assert _main(list(map(str, [*common, "--resume", "--quiet", "--no-deterministic"]))) == 0
+    assert len(seen) == 4 and not any(seen)
+    saved = torch.load(tmp_path / "checkpoint.pt", weights_only=True)["config"]
+    assert saved["deterministic"] is False and saved["compile"] is False
+
 def test_train_model_restores_the_callers_deterministic_mode(data_dir, tmp_path):
     torch.use_deterministic_algorithms(True, warn_only=True)
     try:
@@ -892,8 +907,7 @@ def test_doctor_reports_a_package_without_metadata(monkeypatch, capsys):
         return real(name)
 
     monkeypatch.setattr(importlib.metadata, "version", version)
-    assert _doctor_rows(capsys)["numpy"].split(None, 1)[1].startswith(
-        "installed (no metadata)")
+    assert _doctor_rows(capsys)["numpy"].split(None, 1)[1].startswith("no metadata")
 
 
 @pytest.mark.parametrize("version, tested", [
@@ -905,7 +919,8 @@ def test_doctor_says_whether_torch_is_in_the_tested_range(monkeypatch, capsys, v
     monkeypatch.setattr(torch, "__version__", version)
     row = _doctor_rows(capsys)["torch"]
     assert row.split()[1] == version
-    verdict = "tested;" if tested else "warning: outside the tested range 2.11-2.13;"
+    verdict = ("in the tested range 2.11-2.13;" if tested
+               else "warning: outside the tested range 2.11-2.13;")
     assert row.split(None, 2)[2].startswith(verdict)
 
 

@@ -4,8 +4,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 from matplotlib.path import Path as MplPath  # noqa: E402
 
+import tlm  # noqa: E402
 from tlm.utils import draw_diagram  # noqa: E402
 
 
@@ -119,3 +121,20 @@ def test_saved_tensor_bytes_leaves_out_parameters_and_their_views():
     assert saved_tensor_bytes(lambda: layer(x)) == x_bytes
     plain = torch.randn(20, 10, requires_grad=True)  # not a parameter: counted
     assert saved_tensor_bytes(lambda: x @ plain.T) == x_bytes + 20 * 10 * 4
+
+
+def test_get_device_warms_cuda_for_notebooks_but_not_for_tlm_train(monkeypatch):
+    """A notebook's device runs one backward pass on CUDA (so that autograd's CUDA thread
+    has a context before a cell's first backward); `tlm train` must not touch CUDA before
+    `--deterministic` has set cuBLAS's workspace, so its device is not warmed."""
+    import tlm.train
+    import tlm.utils
+    warmed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tlm.utils, "_start_backward_thread", warmed.append)
+    monkeypatch.delenv("TLM_DEVICE", raising=False)
+    assert tlm.get_device() == torch.device("cuda") and warmed == [torch.device("cuda")]
+    assert tlm.get_device("cuda:0", warm=False) == torch.device("cuda:0")
+    assert tlm.train._device("cuda") == torch.device("cuda")
+    assert tlm.get_device("cpu") == torch.device("cpu")
+    assert warmed == [torch.device("cuda")]  # only the first call

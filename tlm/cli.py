@@ -186,8 +186,9 @@ def _add_train(sub) -> None:
         for name, default in options.items():
             flag = "--" + name.replace("_", "-")
             text = _HELP.get(name, f"default: {default}")
-            if isinstance(default, bool):
-                group.add_argument(flag, action="store_true", help=text)
+            if isinstance(default, bool):  # --compile and --no-compile, ...
+                both = argparse.BooleanOptionalAction
+                group.add_argument(flag, action=both, help=text)
                 continue
             choices = {"ablation": ABLATIONS, "decay": DECAY, "dtype": DTYPES}.get(name)
             group.add_argument(flag, type=_TYPES.get(name, type(default)), help=text,
@@ -314,7 +315,7 @@ def _torch_row() -> tuple[str, str, str]:
     found = re.match(r"(\d+)\.(\d+)", torch.__version__)  # 2.13.0+cu130: (2, 13)
     tested = found is not None and (a, b) <= (int(found[1]), int(found[2])) <= (c, d)
     outside = f"warning: outside the tested range {a}.{b}-{c}.{d}"
-    verdict = "tested" if tested else outside
+    verdict = f"in the tested range {a}.{b}-{c}.{d}" if tested else outside
     n = torch.get_num_threads()
     threads = f"{n} CPU thread{'s' if n > 1 else ''}"
     return "torch", torch.__version__, f"{verdict}; {threads}"
@@ -326,7 +327,7 @@ def _version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return "installed (no metadata)"
+        return "no metadata"
 
 
 def _doctor(args) -> int:

@@ -317,7 +317,7 @@ def _device(name: str | None) -> torch.device:
     this machine does not have."""
     name = name or os.environ.get("TLM_DEVICE")  # named in the messages below
     try:
-        device = get_device(name)
+        device = get_device(name, warm=False)  # CUDA not yet started: _make_deterministic
     except RuntimeError as error:
         raise ValueError(f"device: {error}") from None
     mps = getattr(torch.backends, "mps", None)
@@ -596,9 +596,10 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             value = loss.item()
             if not math.isfinite(value):
                 bar.close()
+                kept = (f"{ckpt_path} keeps the last one saved (lower --lr?)"
+                        if ckpt_path.exists() else "nothing was saved")
                 raise FloatingPointError(
-                    f"the loss is {value} at step {step}: training stopped; "
-                    f"{ckpt_path} keeps the last one saved (lower --lr?)")
+                    f"the loss is {value} at step {step}: training stopped; {kept}")
             first_loss = value if step == 1 else first_loss
         if any(due):
             now = time.perf_counter()

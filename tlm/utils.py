@@ -15,8 +15,13 @@ import torch
 from torch import Tensor, nn
 
 
-def get_device(name: str | None = None) -> torch.device:
-    """The device notebooks run on: `name`, else $TLM_DEVICE, else cuda, mps, cpu."""
+def get_device(name: str | None = None, warm: bool = True) -> torch.device:
+    """The device notebooks run on: `name`, else $TLM_DEVICE, else cuda, mps, cpu.
+
+    With `warm`, a CUDA device also runs one tiny backward pass
+    (_start_backward_thread); `tlm train` passes warm=False, since it must set up
+    cuBLAS before CUDA starts.
+    """
     name = name or os.environ.get("TLM_DEVICE")
     if name:
         device = torch.device(name)
@@ -26,7 +31,7 @@ def get_device(name: str | None = None) -> torch.device:
         mps = getattr(torch.backends, "mps", None)
         available = mps is not None and mps.is_available()
         device = torch.device("mps" if available else "cpu")
-    if device.type == "cuda":
+    if warm and device.type == "cuda" and torch.cuda.is_available():
         _start_backward_thread(device)
     return device
 
