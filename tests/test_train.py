@@ -318,11 +318,20 @@ def test_generate_samples_reproducibly_and_the_cache_changes_nothing(run_dir):
     (["--num-samples", 0], "--num-samples must be at least 1"),
     (["--device", "nodevice"], "device:"),
 ])
-def test_generate_refuses_bad_input(run_dir, args, message):
-    result = run_generate(run_dir / "checkpoint.pt", *args)
-    assert result.returncode == 2
-    assert result.stderr.startswith("error: ") and message in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
+def test_generate_refuses_bad_input(run_dir, args, message, capsys):
+    """In this process (`main`, as the console script calls it); one subprocess below."""
+    code = main(["generate", "--device", "cpu", str(run_dir / "checkpoint.pt"),
+                 *map(str, args)])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.startswith("error: ") and message in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_generate_refuses_bad_input_in_a_new_process(run_dir):
+    result = run_generate(run_dir / "checkpoint.pt", "--top-p", 1.5)
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert result.stderr.startswith("error: --top-p must be in (0, 1], got 1.5")
 
 
 def test_generate_refuses_a_checkpoint_without_settings(tmp_path):

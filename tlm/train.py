@@ -317,7 +317,8 @@ def _device(name: str | None) -> torch.device:
     this machine does not have."""
     name = name or os.environ.get("TLM_DEVICE")  # named in the messages below
     try:
-        device = get_device(name, warm=False)  # CUDA not yet started: _make_deterministic
+        # warm=False: CUDA must not start before _make_deterministic
+        device = get_device(name, warm=False)
     except RuntimeError as error:
         raise ValueError(f"device: {error}") from None
     mps = getattr(torch.backends, "mps", None)
