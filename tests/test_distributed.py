@@ -322,6 +322,7 @@ def test_fsdp_follows_one_process_and_resumes(runs):
 
 
 _AS_IF_WITH_A_GPU = """
+import os
 import sys
 
 import torch
@@ -335,7 +336,9 @@ shard = tlm.train.fully_shard
 
 def fully_shard(module, **kwargs):
     mesh = kwargs.get("mesh")
-    print("mesh:", None if mesh is None else mesh.device_type)
+    # one file per process: two processes printing to one pipe can interleave
+    with open(os.environ["MESH_LOG"] + os.environ["RANK"], "a") as log:
+        log.write(f"{None if mesh is None else mesh.device_type}\\n")
     return shard(module, **kwargs)
 
 
@@ -357,10 +360,12 @@ def test_fsdp_on_the_cpu_of_a_machine_with_a_gpu(runs, tmp_path):
                 "--nproc-per-node", "2"]
     done = subprocess.run([*torchrun, str(script), *map(str, args)],
                           capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+                          env={**os.environ, "OMP_NUM_THREADS": "1",
+                               "MESH_LOG": str(tmp_path / "mesh-")})
     assert done.returncode == 0, done.stderr[-3000:]
-    meshes = [line for line in done.stdout.splitlines() if line.startswith("mesh:")]
-    assert meshes == ["mesh: cpu"] * 2 * 3  # in each process: the 2 blocks, the model
+    for rank in range(2):  # in each process: the 2 blocks, then the model
+        meshes = (tmp_path / f"mesh-{rank}").read_text().split()
+        assert meshes == ["cpu"] * 3, (rank, meshes)
     saved = torch.load(tmp_path / "run/checkpoint.pt", weights_only=True)
     assert saved["iteration"] == 2
 

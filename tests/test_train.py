@@ -852,9 +852,9 @@ def test_a_compile_run_whose_gradients_are_right_trains(data_dir, tmp_path,
 
 
 def test_torch_compile_passes_the_check_and_trains(data_dir, tmp_path, capsys):
-    """The real compiler (Inductor), on the whole tiny model: before the softmax and the
-    RMSNorm returned a new tensor from `forward`, torch 2.11 compiled their hand-written
-    backward passes into wrong gradients and the check stopped this run."""
+    """The real compiler (Inductor), on the whole tiny model: a softmax or an RMSNorm whose
+    `forward` returned a tensor it changed in place made torch 2.11 compile wrong gradients,
+    which the check stops; the book's return a new tensor."""
     torch._dynamo.reset()
     args = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path, "--steps", 3,
             "--compile"]
