@@ -438,9 +438,13 @@ def test_a_run_without_endoftext_samples_from_a_prompt(tmp_path):
 
 # --- tlm data, tlm doctor, python -m tlm ----------------------------------------------
 
-def fake_prepare(out_dir, vocab_size, num_processes=None, progress=False, fail=False):
-    for name in ("train.txt", "valid.txt", "vocab.json", "merges.txt", "train.npy"):
+def fake_prepare(out_dir, vocab_size=4096, held_out=HELD_OUT, num_processes=None,
+                 progress=False, fail=False):  # prepare_shakespeare's signature
+    for name in ("train.txt", "valid.txt", "merges.txt", "train.npy"):
         (Path(out_dir) / name).write_text(f"{name} {vocab_size}")
+    # as BPE that ran out of pairs to merge: fewer tokens than asked for
+    write_vocab({i: str(i).encode() for i in range(vocab_size // 2)},
+                Path(out_dir) / "vocab.json")
     if fail:
         raise OSError("disk full")
     (Path(out_dir) / "valid.npy").write_text("valid")
@@ -459,15 +463,16 @@ def test_data_writes_every_file_or_none(tmp_path, monkeypatch, capsys):
     assert main(["data", "shakespeare", str(out), "--vocab-size", "300"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["merges.txt", "train.npy", "train.txt",
                                                      "valid.npy", "valid.txt", "vocab.json"]
-    assert (out / "vocab.json").read_text() == "vocab.json 300"
+    assert "vocabulary 150 -> " in capsys.readouterr().out  # what was written
+    assert (out / "merges.txt").read_text() == "merges.txt 300"
     assert [p.name for p in tmp_path.iterdir()] == ["data"]
     capsys.readouterr()
     assert main(["data", "shakespeare", str(out), "--vocab-size", "500"]) == 2
     assert capsys.readouterr().err == (f"error: DIR {out} is not empty: choose another, or "
                                        "pass --force to replace its data files\n")
-    assert (out / "vocab.json").read_text() == "vocab.json 300"  # untouched
+    assert (out / "merges.txt").read_text() == "merges.txt 300"  # untouched
     assert main(["data", "shakespeare", str(out), "--vocab-size", "500", "--force"]) == 0
-    assert (out / "vocab.json").read_text() == "vocab.json 500"
+    assert (out / "merges.txt").read_text() == "merges.txt 500"
 
 
 def test_usage_errors_are_one_line_with_status_2():
@@ -941,3 +946,214 @@ def test_pyproject_admits_the_tested_torch_range():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert [r for r in project["dependencies"] if re.match(r"torch\b", r)] == \
         [f"torch>={a}.{b},<{c}.{d + 1}"]
+
+
+# --- one run per directory, and what a run reports ----------------------------------
+
+def test_a_run_owns_its_directory_while_it_goes_on(data_dir, tmp_path, capsys):
+    """Two runs into one --out-dir at once, or a --resume while the run goes on: the
+    second is refused before it writes anything. The lock ends with its process."""
+    import fcntl
+    out, common = tmp_path / "run", [*TINY, "--data-dir", data_dir, "--steps", 4]
+    assert _main(list(map(str, [*common, "--out-dir", out]))) == 0
+    log = (out / "log.jsonl").read_text()
+    with open(out / ".lock") as held:  # as another run holds it
+        fcntl.flock(held, fcntl.LOCK_EX)
+        for more in ([], ["--resume"]):
+            assert _main(list(map(str, [*common, "--out-dir", out, *more]))) == 2
+            assert capsys.readouterr().err == (f"error: --out-dir {out} is in use by "
+                                               "another run: wait for it to end, or "
+                                               "choose another\n")
+        assert (out / "log.jsonl").read_text() == log
+    proc = subprocess.Popen([sys.executable, "-m", "tlm", "train", *map(str, common),
+                             "--steps", "100000", "--out-dir", tmp_path / "live"], cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "live/log.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        assert _main(list(map(str, [*common, "--out-dir", tmp_path / "live"]))) == 2
+        assert "is in use by another run" in capsys.readouterr().err
+    finally:
+        proc.kill()
+        proc.wait()
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "live"]))) == 0
+
+
+def test_a_refused_run_leaves_no_directory_and_a_run_removes_stale_temporary_files(
+        data_dir, tmp_path):
+    out = tmp_path / "new"
+    (data_dir / "valid.npy").rename(data_dir / "held.npy")
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", out]))) == 2
+    assert not out.exists()
+    (data_dir / "held.npy").rename(data_dir / "valid.npy")
+    out.mkdir()
+    stale = [out / ".checkpoint.pt.k2j4x9.tmp", out / ".log.jsonl.a1b2c3.tmp"]
+    for path in stale:  # what a run killed while writing leaves
+        path.write_bytes(b"partial")
+    (out / "notes.txt").write_text("mine")
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", out,
+                                "--steps", 2]))) == 0
+    assert not any(path.exists() for path in stale)
+    assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_a_run_stopped_during_its_last_evaluation_evaluates_on_resume(
+        data_dir, tmp_path, monkeypatch, capsys):
+    """The last checkpoint is written before the last evaluation: a run interrupted
+    there resumes into that evaluation and reports it, not step 0's."""
+    import tlm.train
+    common = [*TINY, "--data-dir", data_dir, "--steps", 6, "--eval-every", 100]
+    assert _main(list(map(str, [*common, "--out-dir", tmp_path / "whole"]))) == 0
+    whole = capsys.readouterr().out
+    assert whole.startswith("step 6: held-out loss ")
+    evaluate = tlm.train.evaluate
+
+    def interrupted_at_the_end(model, data, lengths, batch_size=16, max_windows=None):
+        if max_windows is None:  # the last evaluation scores every window
+            raise KeyboardInterrupt
+        return evaluate(model, data, lengths, batch_size, max_windows)
+
+    monkeypatch.setattr(tlm.train, "evaluate", interrupted_at_the_end)
+    out = tmp_path / "cut"
+    assert _main(list(map(str, [*common, "--out-dir", out]))) == 130
+    assert torch.load(out / "checkpoint.pt", weights_only=True)["iteration"] == 6
+    monkeypatch.setattr(tlm.train, "evaluate", evaluate)
+    capsys.readouterr()
+    assert _main(["--out-dir", str(out), "--resume", "--quiet"]) == 0
+    assert capsys.readouterr().out == whole
+    records = [json.loads(x) for x in (out / "log.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "val_loss" in r] == [0, 6]
+    assert _main(["--out-dir", str(out), "--resume", "--quiet"]) == 0  # once only
+    assert capsys.readouterr().out == whole
+    assert (out / "log.jsonl").read_text().count("val_loss") == 2
+
+
+def test_resume_refuses_a_stop_below_the_checkpoint(data_dir, tmp_path, capsys):
+    common = [*TINY, "--data-dir", data_dir, "--out-dir", tmp_path, "--steps", 8]
+    assert _main(list(map(str, [*common, "--stop-at", 4]))) == 0
+    capsys.readouterr()
+    assert _main(list(map(str, [*common, "--resume", "--stop-at", 3]))) == 2
+    assert capsys.readouterr().err == ("error: --stop-at 3: the run is already at "
+                                       "step 4\n")
+
+
+def test_a_vocabulary_other_than_the_tokenizers_is_refused(data_dir, tmp_path, capsys):
+    """A larger one would let the sampler draw ids that the tokenizer cannot decode."""
+    for size in (512, 200):
+        out = tmp_path / str(size)
+        assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", out,
+                                    "--vocab-size", size]))) == 2
+        assert capsys.readouterr().err == (
+            f"error: --vocab-size must be the tokenizer's, 257 (in "
+            f"{data_dir / 'vocab.json'}), or left out; got {size}\n")
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("name", ["meta", "xpu"])
+def test_a_device_that_cannot_hold_numbers_is_one_line(run_dir, data_dir, tmp_path,
+                                                       name, capsys, monkeypatch):
+    xpu = getattr(torch, "xpu", None)
+    if name == "xpu" and xpu is not None and xpu.is_available():
+        pytest.skip("this machine has an XPU")
+    out = tmp_path / "r"
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", out,
+                                "--device", name]))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: device: {name} is not usable here (")
+    assert err.endswith("); try cpu\n") and len(err.splitlines()) == 1
+    assert not out.exists()
+    assert main(["generate", str(run_dir), "--device", name]) == 2
+    assert capsys.readouterr().err == err
+    monkeypatch.setenv("TLM_DEVICE", name)
+    assert _doctor_rows(capsys)["device"].split()[1:3] == ["unusable", "device:"]
+
+
+def test_a_full_disk_is_one_line_naming_the_file(data_dir, tmp_path):
+    """A file-size limit below a checkpoint's size: the write fails part-way, inside
+    torch.save, as on a full disk."""
+    import resource
+    size = 160_000  # bytes; the tiny model's checkpoint needs about 450,000
+
+    def limited():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a signal
+        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
+
+    out = tmp_path / "run"
+    args = [*TINY, "--data-dir", data_dir, "--out-dir", out, "--steps", 2]
+    done = subprocess.run([sys.executable, "-m", "tlm", "train", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300,
+                          preexec_fn=limited)
+    assert (done.returncode, done.stderr) == (
+        2, f"error: cannot write {out / 'checkpoint.pt'}: File too large (none was "
+        "kept)\n")
+    assert not (out / "checkpoint.pt").exists() and not list(out.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("content, message", [
+    (b"hello\n", "is not a .npy file of token ids"),
+    (None, "is not a whole .npy file of token ids: "),  # a copy cut short
+])
+def test_a_token_file_that_is_not_whole_is_named(data_dir, tmp_path, capsys, content,
+                                                 message):
+    path = data_dir / "train.npy"
+    path.write_bytes(content if content is not None else path.read_bytes()[:5000])
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
+                                tmp_path / "r"]))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {path} {message}") and len(err.splitlines()) == 1
+    assert "pickle" not in err
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"learning_rate": 5.0}, "unknown option 'learning_rate'; did you mean 'lr'?"),
+    ({"tie_embedings": True}, "unknown option 'tie_embedings'; did you mean "
+                              "'tie_embeddings'?"),
+    ({"frobnicate": 1}, "unknown option 'frobnicate'"),
+    ({"compile": "no"}, "--compile must be True or False, got 'no'"),
+])
+def test_train_model_refuses_an_option_it_does_not_know(tmp_path, config, message):
+    with pytest.raises(ValueError) as error:
+        train_model({"out_dir": str(tmp_path / "r"), **config})
+    assert str(error.value) == message
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--lr", 1e38, "--min-lr", 0], "--lr must be small enough that lr / (1 - beta1) "
+     "fits float32 (<= 3.4e+38), got 1e+38"),
+    (["--lr", 1, "--weight-decay", 1e39], "--weight-decay must be small enough that "
+     "lr * weight_decay fits float32 (<= 3.4e+38), got 1e+39"),
+    (["--eps", 1e39], "--eps must be small enough that eps fits float32 (<= 3.4e+38), "
+     "got 1e+39"),
+    (["--seed", 10**29], f"--seed must be an int in [0, 2**63), got {10**29}"),
+    (["--seed", -1], "--seed must be an int in [0, 2**63), got -1"),
+])
+def test_numbers_past_what_training_can_hold_are_refused(tmp_path, capsys, args,
+                                                         message):
+    out = tmp_path / "run"
+    code = _main(list(map(str, [*TINY, "--data-dir", tmp_path / "none", "--out-dir", out,
+                                *args])))
+    assert code == 2 and capsys.readouterr().err == f"error: {message}\n"
+    assert not out.exists()
+
+
+def test_generate_refuses_a_seed_torch_cannot_take(run_dir, capsys):
+    assert main(["generate", str(run_dir), "--seed", str(2**64), "--device", "cpu"]) == 2
+    assert capsys.readouterr().err == ("error: --seed must be an int in [0, 2**63), "
+                                       f"got {2**64}\n")
+
+
+def test_data_prepares_its_files_inside_dir(tmp_path, monkeypatch):
+    """DIR may be a mount point (a Docker volume, another disk), where a folder beside
+    it is on another file system and os.replace cannot move files out of it."""
+    import tlm.cli
+    out, places = tmp_path / "mounted", []
+
+    def where(out_dir, *args, **kwargs):
+        places.append(Path(out_dir).parent)
+        return fake_prepare(out_dir, *args, **kwargs)
+
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare", where)
+    assert main(["data", "shakespeare", str(out), "--quiet"]) == 0
+    assert places == [out]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -3,6 +3,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import os  # noqa: E402
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.path import Path as MplPath  # noqa: E402
@@ -105,6 +107,39 @@ def test_replace_atomically_keeps_the_old_file_after_a_failure(tmp_path):
     mask = os.umask(0)
     os.umask(mask)
     assert target.stat().st_mode & 0o777 == 0o666 & ~mask
+
+
+@pytest.mark.parametrize("how", ["OSError", "inside torch.save"])
+def test_a_failed_write_names_the_file_and_keeps_the_old_one(tmp_path, how):
+    """A full disk: write() raises an OSError that names no file; torch.save's zip
+    writer raises a RuntimeError in its handling."""
+    import errno
+
+    from tlm.utils import _replace_atomically
+    target = tmp_path / "checkpoint.pt"
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    for before, kept in ((None, "none was kept"), (b"old", "the previous checkpoint.pt "
+                                                   "is kept")):
+        if before is not None:
+            target.write_bytes(before)
+        with pytest.raises(OSError) as error:
+            with _replace_atomically(target) as f:
+                f.write(b"new")
+                if how == "OSError":
+                    raise full
+                try:
+                    raise full
+                except OSError:
+                    raise RuntimeError("unexpected pos 163008 vs 162896")
+        assert str(error.value) == (f"cannot write {target}: No space left on device "
+                                    f"({kept})")
+        assert error.value.errno == errno.ENOSPC
+        assert (target.read_bytes() if target.exists() else None) == before
+        assert [p.name for p in tmp_path.iterdir()] == ([] if before is None
+                                                        else ["checkpoint.pt"])
+    with pytest.raises(FileNotFoundError):  # an error that names its file: as it was
+        with _replace_atomically(target) as f:
+            f.write((tmp_path / "no-such-file").read_bytes())
 
 
 def test_saved_tensor_bytes_leaves_out_parameters_and_their_views():

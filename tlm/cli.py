@@ -21,8 +21,8 @@ from tlm.generation import generate
 from tlm.tokenizer import IAMBIC, WHISPER, Tokenizer, train_bpe
 from tlm.tokenizer_files import encode_file, read_vocab, write_merges, write_vocab
 from tlm.train import (ABLATIONS, DECAY, DTYPES, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
-                       RUN_OPTIONS, SHAKESPEARE_MODEL, CompileCheckError, _device,
-                       _run_state, load_run, prepare_shakespeare, train_model)
+                       RUN_OPTIONS, SEEDS, SHAKESPEARE_MODEL, CompileCheckError,
+                       _device, _run_state, load_run, prepare_shakespeare, train_model)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -79,16 +79,24 @@ def _data(args) -> int:
     if out.exists() and any(out.iterdir()) and not args.force:
         raise ValueError(f"DIR {out} is not empty: choose another, or pass --force to "
                          "replace its data files")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    # everything is written next to DIR first; files move in only once all are complete
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{out.name}.") as tmp:
-        counts = prepare_shakespeare(tmp, args.vocab_size, num_processes=args.processes,
-                                     progress=not args.quiet)
-        out.mkdir(exist_ok=True)
-        for path in sorted(Path(tmp).iterdir()):
-            os.replace(path, out / path.name)
+    made = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    # everything is written into a folder inside DIR first (on DIR's disk, which may be
+    # another than its parent's); files move in only once all are complete
+    try:
+        with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-") as tmp:
+            counts = prepare_shakespeare(tmp, args.vocab_size,
+                                         num_processes=args.processes,
+                                         progress=not args.quiet)
+            size = len(read_vocab(Path(tmp, "vocab.json")))  # less: BPE ran out
+            for path in sorted(Path(tmp).iterdir()):
+                os.replace(path, out / path.name)
+    except BaseException:
+        if made:  # empty again
+            out.rmdir()
+        raise
     print(f"{counts['train']:,} training and {counts['valid']:,} held-out tokens, "
-          f"vocabulary {args.vocab_size:,} -> {out} "
+          f"vocabulary {size:,} -> {out} "
           f"({time.perf_counter() - start:.0f} s)")
     return 0
 
@@ -209,8 +217,8 @@ def _train(args) -> int:
         if not ckpt.exists():
             raise ValueError(f"--resume: there is no checkpoint at {ckpt}")
         saved = _run_state(ckpt)["config"]
-        config.update({k: v for k, v in saved.items()
-                       if k not in ("stop_at", "max_minutes")})
+        config.update({k: v for k, v in saved.items()  # not an option since removed
+                       if k in config and k not in ("stop_at", "max_minutes")})
     try:
         last = train_model({**config, **given}, resume=resume, progress=not quiet)
     finally:
@@ -264,6 +272,9 @@ def _generate(args) -> int:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
+    if not 0 <= args.seed < SEEDS:
+        raise ValueError(f"--seed must be an int in [0, 2**{SEEDS.bit_length() - 1}), "
+                         f"got {args.seed}")
     path = Path(args.checkpoint)
     if path.is_dir() and (path / "checkpoint.pt").is_file():  # a run's directory
         path = path / "checkpoint.pt"

@@ -3,6 +3,7 @@
 __all__ = ['play_text', 'shakespeare_splits', 'write_shakespeare', 'prepare_shakespeare', 'get_batch', 'token_bytes', 'evaluate', 'SiLUFeedForward', 'ablate', 'build_model', 'check_config', 'load_tokens', 'train_model', 'CompileCheckError', 'plot_log', 'load_run', 'param_groups']
 
 import contextlib
+import difflib
 import importlib.resources
 import importlib.util
 import json
@@ -13,6 +14,11 @@ import sys
 import time
 import types
 from pathlib import Path
+
+try:
+    import fcntl  # the run directory's lock
+except ImportError:  # Windows: runs go unlocked
+    fcntl = None
 
 import numpy as np
 import torch
@@ -34,7 +40,7 @@ from tlm.tokenizer_files import (encode_file, read_merges, read_vocab, write_mer
                                  write_vocab)
 from tlm.training import (AdamW, _read_checkpoint, cross_entropy,
                           get_lr_cosine_schedule, gradient_clipping, load_model_weights)
-from tlm.utils import _check_int, _replace_atomically, get_device
+from tlm.utils import _check_int, _replace_atomically, _writing, get_device
 
 
 EOT = "<|endoftext|>"
@@ -189,6 +195,8 @@ ABLATIONS = ("none", "no_rmsnorm", "no_rope", "post_norm", "silu_ffn")
 DECAY = ("all", "matrices", "linear")  # which weights weight decay shrinks
 DTYPES = ("float32", "bfloat16", "float16")  # what the forward pass computes in
 _BEFORE_OPTIONS = {"decay": "all"}  # what a run saved before an option existed did
+SEEDS = 2**63  # a seed is an int in [0, SEEDS): torch.manual_seed takes 64 bits
+_OTHER_NAMES = {"learning_rate": "lr", "max_steps": "steps"}  # as other trainers say
 
 
 class SiLUFeedForward(torch.nn.Module):
@@ -244,6 +252,14 @@ def check_config(config: dict) -> None:
         flag = "--" + name.replace("_", "-")
         raise ValueError(f"{flag} must be {expected}, got {config[name]!r}")
 
+    known = {**MODEL_OPTIONS, **OPTIMIZER_OPTIONS, **RUN_OPTIONS}
+    for name in config:  # a misspelled option would otherwise train with the default
+        if name not in known:
+            close = [_OTHER_NAMES[name]] if name in _OTHER_NAMES else \
+                difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"unknown option {name!r}{hint}")
+
     def number(name: str) -> bool:
         value = config[name]
         return (isinstance(value, (int, float)) and not isinstance(value, bool)
@@ -273,6 +289,18 @@ def check_config(config: dict) -> None:
     for name in ("beta1", "beta2"):
         if not number(name) or not 0 <= config[name] < 1:
             refuse(name, "in [0, 1)")
+    # AdamW multiplies float32 weights by these numbers, the first step's the largest
+    largest = torch.finfo(torch.float32).max
+    scalars = {"lr": ("lr / (1 - beta1)", config["lr"] / (1 - config["beta1"])),
+               "weight_decay": ("lr * weight_decay",
+                                config["lr"] * config["weight_decay"]),
+               "eps": ("eps", config["eps"])}
+    for name, (what, value) in scalars.items():
+        if value > largest:
+            refuse(name, f"small enough that {what} fits float32 (<= {largest:.3g})")
+    seed = config["seed"]
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
+        refuse("seed", f"an int in [0, 2**{SEEDS.bit_length() - 1})")
     if config["max_minutes"] is not None and (not number("max_minutes")
                                               or config["max_minutes"] <= 0):
         refuse("max_minutes", "a positive number (leave it out for no limit)")
@@ -297,7 +325,14 @@ def check_config(config: dict) -> None:
 
 def load_tokens(path, vocab_size: int) -> np.ndarray:
     """A 1-D integer .npy file, memory-mapped, checked to hold ids < vocab_size."""
-    data = np.load(path, mmap_mode="r")
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x93NUMPY":  # the format's first bytes
+            raise ValueError(f"{path} is not a .npy file of token ids")
+    try:
+        data = np.load(path, mmap_mode="r", allow_pickle=False)
+    except (ValueError, OSError, EOFError) as error:  # cut short, or not numbers
+        raise ValueError(f"{path} is not a whole .npy file of token ids: "
+                         f"{error}") from None
     if data.ndim != 1 or data.dtype.kind not in "ui":
         raise ValueError(f"{path} must hold a 1-D integer array, got {data.dtype} "
                          f"with shape {data.shape}")
@@ -314,7 +349,7 @@ def load_tokens(path, vocab_size: int) -> np.ndarray:
 
 def _device(name: str | None) -> torch.device:
     """get_device(name), with a ValueError for a name torch does not know or a device
-    this machine does not have."""
+    this machine does not have (or that cannot hold numbers: meta)."""
     name = name or os.environ.get("TLM_DEVICE")  # named in the messages below
     try:
         # warm=False: CUDA must not start before _make_deterministic
@@ -328,6 +363,17 @@ def _device(name: str | None) -> torch.device:
         raise ValueError(f"device: {name} is not available here ({why}); try cpu")
     if device.type == "mps" and not (mps is not None and mps.is_available()):
         raise ValueError(f"device: {name} is not available here; try cpu")
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device: {name} is not available here (this machine has "
+                         f"{torch.cuda.device_count()} GPUs)")
+    if device.type not in ("cpu", "cuda", "mps"):  # xpu, meta, ...: try one number
+        try:
+            torch.zeros(1, device=device).cpu()
+        except Exception as error:  # torch raises several kinds for these
+            why = (str(error).strip().split(". ")[0].splitlines()
+                   or [type(error).__name__])[0]  # the first sentence
+            raise ValueError(f"device: {name} is not usable here ({why}); try cpu"
+                             ) from None
     return device
 
 
@@ -381,10 +427,44 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     check_config(config)  # first the options, then the files, each named
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())
+    chief = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes
     try:
-        return _run(config, resume, progress)
+        with _owning(Path(config["out_dir"])) if chief else contextlib.nullcontext():
+            return _run(config, resume, progress)
     finally:  # a setting of the whole process: the caller's again
         torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+
+
+_WRITTEN = ("checkpoint.pt", "log.jsonl", "vocab.json", "merges.txt", "loss.png")
+
+
+@contextlib.contextmanager
+def _owning(out_dir: Path):
+    """Hold out_dir/.lock for the whole run: a second run into the same directory, or
+    a --resume started while this one goes on, is refused. The lock is the kernel's
+    (flock), so it ends with the process, even a killed one. Inside, the temporary
+    files of a run killed while writing one are removed; a directory made here for a
+    run refused before writing anything is removed again."""
+    made = not out_dir.exists()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = out_dir / ".lock"
+    try:
+        with open(lock, "a") as f:
+            try:
+                if fcntl is not None:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise ValueError(f"--out-dir {out_dir} is in use by another run: wait "
+                                 "for it to end, or choose another") from None
+            for name in _WRITTEN:  # _replace_atomically's names
+                for tmp in out_dir.glob(f".{name}.*.tmp"):
+                    tmp.unlink(missing_ok=True)
+            yield
+    except BaseException:
+        if made and [p.name for p in out_dir.iterdir()] == [lock.name]:
+            lock.unlink()
+            out_dir.rmdir()
+        raise
 
 
 def _run(config: dict, resume: bool, progress: bool) -> dict | None:
@@ -401,6 +481,10 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             raise FileNotFoundError(f"--data-dir {data_dir} has no {name} (`tlm data "
                                     f"shakespeare {data_dir}` writes one)")
     vocab = read_vocab(data_dir / "vocab.json")
+    if not resume and config["vocab_size"] not in (None, len(vocab)):  # ids it lacks
+        raise ValueError(f"--vocab-size must be the tokenizer's, {len(vocab):,} (in "
+                         f"{data_dir / 'vocab.json'}), or left out; got "
+                         f"{config['vocab_size']:,}")
     config = dict(config, vocab_size=config["vocab_size"] or len(vocab),
                   out_dir=str(out_dir), data_dir=str(data_dir))  # plain types only
     state = None
@@ -418,6 +502,9 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             raise ValueError(f"{ckpt_path} was trained with other settings: " + ", "
                              .join(f"{k}={a!r} there, {b!r} here"
                                    for k, (a, b) in changed.items()))
+        if config["stop_at"] is not None and config["stop_at"] < state["iteration"]:
+            raise ValueError(f"--stop-at {config['stop_at']}: the run is already at "
+                             f"step {state['iteration']}")
     device = _device(config["device"])
     if config["deterministic"]:  # before CUDA starts: cuBLAS reads its setting then
         _make_deterministic(device)
@@ -509,7 +596,7 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             else peak_flops(device))  # FLOP/s of one device, or None
 
     def record(entry: dict) -> None:
-        with open(log_path, "a") as f:
+        with _writing(log_path), open(log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
     def checkpoint() -> None:
@@ -520,9 +607,7 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             weights, moments = model.state_dict(), opt.state_dict()
         finite = all(bool(torch.isfinite(w).all()) for w in weights.values())
         if fsdp:  # rank 0 alone holds the gathered weights: its answer holds for all
-            flag = torch.tensor(int(finite), device=device)
-            dist.broadcast(flag, src=0)
-            finite = bool(flag)
+            finite = _rank0s(finite, device)
         if not finite:
             raise FloatingPointError(f"the weights are not finite after step {step}: "
                                      f"{ckpt_path} keeps the last finite one")
@@ -546,14 +631,19 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             record(entry)
         return entry
 
-    if step == 0 and (chief or fsdp):  # a sharded model runs on every process
+    end = config["steps"] if config["stop_at"] is None else config["stop_at"]
+    # the evaluation due now, unless the log has it: step 0's, or the one of a run
+    # stopped after its last checkpoint, while it evaluated
+    last = next((r for r in reversed(records) if "val_loss" in r), None)
+    due = step % config["eval_every"] == 0 or step in (0, end)
+    missing = due and (last is None or last["step"] < step)
+    if fsdp:  # rank 0 holds the log; a sharded model evaluates on every process
+        missing = _rank0s(missing, device)
+    if missing and (chief or fsdp):
         last = validate()
-    else:
-        last = next((r for r in reversed(records) if "val_loss" in r), None)
     bar = _progress(config["steps"], step, progress and chief)
     tick, done = time.perf_counter(), 0
     deadline = tick + 60 * (config["max_minutes"] or math.inf)  # None: no limit
-    end = config["steps"] if config["stop_at"] is None else config["stop_at"]
     while step < end:
         lr = get_lr_cosine_schedule(step, config["lr"], config["min_lr"],
                                     config["warmup_steps"], config["steps"])
@@ -584,9 +674,7 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
         bar.update(1)
         stop = step == end or time.perf_counter() > deadline
         if world_size > 1 and config["max_minutes"]:  # rank 0's clock decides
-            flag = torch.tensor(int(stop), device=device)  # nccl sends GPU tensors
-            dist.broadcast(flag, src=0)
-            stop = bool(flag)
+            stop = _rank0s(stop, device)
         due = [step % config[k] == 0 or stop
                for k in ("log_every", "eval_every", "checkpoint_every")]
         if any(due) or step == 1:  # step 1's loss too, the yardstick of learning
@@ -597,8 +685,9 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             value = loss.item()
             if not math.isfinite(value):
                 bar.close()
-                kept = (f"{ckpt_path} keeps the last one saved (lower --lr?)"
+                kept = (f"{ckpt_path} keeps the last one saved"
                         if ckpt_path.exists() else "nothing was saved")
+                kept += "; a lower --lr, in another --out-dir, may train"
                 raise FloatingPointError(
                     f"the loss is {value} at step {step}: training stopped; {kept}")
             first_loss = value if step == 1 else first_loss
@@ -631,6 +720,13 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
     if chief and importlib.util.find_spec("matplotlib") is not None:  # optional
         plot_log(log_path, out_dir / "loss.png")
     return last if chief else None
+
+
+def _rank0s(flag: bool, device: torch.device) -> bool:
+    """Rank 0's value of a flag, on every process (a GPU tensor: nccl sends those)."""
+    sent = torch.tensor(int(flag), device=device)
+    dist.broadcast(sent, src=0)
+    return bool(sent)
 
 
 _CUBLAS_WORKSPACE = (":4096:8", ":16:8")  # with these, cuBLAS repeats itself

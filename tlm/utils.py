@@ -195,13 +195,31 @@ def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10,
 
 
 @contextlib.contextmanager
+def _writing(path):
+    """Name `path` in the OSError of a failed write (a full disk), which names no file;
+    torch.save raises it as the context of a RuntimeError."""
+    try:
+        yield
+    except (OSError, RuntimeError) as error:
+        cause = error if isinstance(error, OSError) else error.__context__
+        if not isinstance(cause, OSError) or cause.filename is not None:
+            raise
+        path = Path(path)
+        kept = f"the previous {path.name} is kept" if path.exists() else "none was kept"
+        named = OSError(f"cannot write {path}: {cause.strerror} ({kept})")
+        named.errno = cause.errno
+        raise named from error
+
+
+@contextlib.contextmanager
 def _replace_atomically(path, mode: str = "wb"):
     """A file open for writing that replaces `path` in one step when the block ends
     without an error; after an error it is deleted and `path` is untouched."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, mode, encoding=None if "b" in mode else "utf-8") as f:
+        with _writing(path), os.fdopen(fd, mode,
+                                       encoding=None if "b" in mode else "utf-8") as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
