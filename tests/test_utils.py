@@ -165,11 +165,15 @@ def test_get_device_warms_cuda_for_notebooks_but_not_for_tlm_train(monkeypatch):
     import tlm.train
     import tlm.utils
     warmed = []
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # one GPU
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     monkeypatch.setattr(tlm.utils, "_start_backward_thread", warmed.append)
     monkeypatch.delenv("TLM_DEVICE", raising=False)
     assert tlm.get_device() == torch.device("cuda") and warmed == [torch.device("cuda")]
     assert tlm.get_device("cuda:0", warm=False) == torch.device("cuda:0")
     assert tlm.train._device("cuda") == torch.device("cuda")
+    with pytest.raises(ValueError, match=r"^device: cuda:1 is not available here \(this "
+                       r"machine has 1 GPU\)$"):
+        tlm.train._device("cuda:1")
     assert tlm.get_device("cpu") == torch.device("cpu")
     assert warmed == [torch.device("cuda")]  # only the first call

@@ -364,8 +364,9 @@ def _device(name: str | None) -> torch.device:
     if device.type == "mps" and not (mps is not None and mps.is_available()):
         raise ValueError(f"device: {name} is not available here; try cpu")
     if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        n = torch.cuda.device_count()
         raise ValueError(f"device: {name} is not available here (this machine has "
-                         f"{torch.cuda.device_count()} GPUs)")
+                         f"{n} GPU{'s' if n != 1 else ''})")
     if device.type not in ("cpu", "cuda", "mps"):  # xpu, meta, ...: try one number
         try:
             torch.zeros(1, device=device).cpu()
