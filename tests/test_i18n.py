@@ -260,6 +260,34 @@ def _refused(argv, match):
     return e.value.code
 
 
+@pytest.mark.parametrize("out", [".", "..", "notes", "other-clone", "book/_toc.yml"])
+def test_build_refuses_to_replace_what_it_did_not_write(checkout, out):
+    (checkout.parent / "notes").mkdir()
+    (checkout.parent / "notes" / "notes.txt").write_text("mine\n")
+    shutil.copytree(checkout / ".git", checkout.parent / "other-clone" / ".git")
+    before = _files(checkout.parent)
+    _refused(["build", out if out in (".", "..") else f"../{out}"],
+             r"^OUT: expected a new or empty directory or an earlier build \(it has "
+             r"\.i18n-build\), got '")
+    assert _files(checkout.parent) == before
+
+
+def test_a_build_replaces_only_an_earlier_build_and_only_once_every_page_passes(checkout):
+    out = checkout / "_build" / "zh" / "src"  # where `make book-zh` builds
+    assert i18n.main(["build", "_build/zh/src"]) == 0
+    (out / "_build" / "html").mkdir(parents=True)  # what jupyter-book writes beside it
+    assert i18n.main(["build", "_build/zh/src"]) == 0
+    built = _files(out)
+    catalog = i18n.CATALOGS / "05_rmsnorm.yml"
+    text = catalog.read_text(encoding="utf-8")
+    stale = text.replace(text.split("en_sha256: ")[1][:64], "0" * 64, 1)
+    catalog.write_text(stale, encoding="utf-8")
+    _refused(["build", "_build/zh/src"], "05_rmsnorm: .*changed since it was translated")
+    assert _files(out) == built
+    assert (out / "chapters" / "05_rmsnorm.ipynb").exists() and (out / i18n.MARKER).exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [i18n.MARKER]
+
+
 @pytest.mark.parametrize("command", ["check", "show", "skeleton"])
 def test_a_page_is_a_known_page_or_its_path(command, capsys):
     before = _files(i18n.CATALOGS)

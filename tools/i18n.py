@@ -19,7 +19,8 @@ Usage:
   python tools/i18n.py show PAGE         the English cells, ids and hashes, in order
   python tools/i18n.py build OUT         write the Chinese book's sources into OUT
 
-PAGE is a page's stem (`05_rmsnorm`) or its path.
+PAGE is a page's stem (`05_rmsnorm`) or its path. `build` checks every page before it writes
+anything, and replaces OUT only if OUT is new, empty or an earlier build (it has `.i18n-build`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -352,14 +354,56 @@ def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+MARKER = ".i18n-build"  # in OUT: an earlier build, which the next one may replace
+
+
 def build(out: Path, strict: bool = True) -> None:
-    """The Chinese book's sources: notebooks, pages, table of contents and configuration."""
+    """The Chinese book's sources: notebooks, pages, table of contents and configuration.
+
+    Every page is checked before OUT is touched. OUT must be new, empty or an earlier build;
+    the book is written into a temporary directory inside it, which then replaces the rest.
+    """
+    out = _out_dir(out)
+    books = {stem: translated(stem, path, strict) for stem, path in pages().items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("Written by tools/i18n.py build, which replaces this directory.\n")
+    tmp = Path(tempfile.mkdtemp(prefix=".i18n-tmp-", dir=out))
+    try:
+        _write_book(tmp, books)
+        for old in out.iterdir():  # the earlier build, and any a killed build left
+            if old in (tmp, out / MARKER):
+                continue
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        for new in tmp.iterdir():
+            new.rename(out / new.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _out_dir(out: Path) -> Path:
+    """OUT, resolved, if a build may replace it; InputError if not."""
+    path = out.resolve()
+    if path == ROOT or path in ROOT.parents:
+        got = "the repository" if path == ROOT else f"which holds the repository {ROOT}"
+    elif path.exists() and not path.is_dir():
+        got = "not a directory"
+    elif path.is_dir() and any(path.iterdir()) and (not (path / MARKER).is_file()
+                                                    or (path / ".git").exists()):
+        got = "which holds files this tool did not write"
+    else:
+        return path
+    raise InputError(f"OUT: expected a new or empty directory or an earlier build (it has "
+                     f"{MARKER}), got '{out}', {got}")
+
+
+def _write_book(out: Path, books: dict[str, list[tuple[str, str]]]) -> None:
     settings = edition()
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "chapters").mkdir(parents=True)
+    (out / "chapters").mkdir()
     for stem, path in pages().items():
-        cells = translated(stem, path, strict)
+        cells = books[stem]
         target = out / path.relative_to(ROOT)
         if path.suffix == ".ipynb":
             target.write_text(chinese_notebook(path, cells), encoding="utf-8")
