@@ -4,6 +4,8 @@ ones in their Markdown only."""
 
 import json
 import posixpath
+import re
+import shutil
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -221,3 +223,103 @@ def test_each_chapter_ends_with_the_next_chapters_chinese_title(built):
         chinese = "".join(last(built / "chapters" / path.name)["source"]).rstrip()
         expected = f"- 下一章：[{_zh_title(built, page)}]({target})"
         assert chinese.splitlines()[-1] == expected, stem
+
+
+# --- the command line, on a copy of the sources -----------------------------------------------
+
+@pytest.fixture
+def checkout(tmp_path, monkeypatch):
+    """A copy of the sources the tool reads, with a `.git`, as the tool's root and the cwd."""
+    repo = tmp_path / "book"
+    files = ("_toc.yml", "_config.yml", "references.bib")
+    for path in [*PAGES.values(), *(ROOT / name for name in files)]:
+        (repo / path.relative_to(ROOT)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(path, repo / path.relative_to(ROOT))
+    for name in ("i18n", "_static", ".git"):
+        (repo / name).mkdir()
+    shutil.copytree(i18n.CATALOGS, repo / "i18n" / i18n.LANG)
+    shutil.copy(i18n.EDITION, repo / "i18n")
+    shutil.copytree(ROOT / "_static", repo / "_static", dirs_exist_ok=True)
+    (repo / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    monkeypatch.setattr(i18n, "ROOT", repo)
+    monkeypatch.setattr(i18n, "CATALOGS", repo / "i18n" / i18n.LANG)
+    monkeypatch.setattr(i18n, "EDITION", repo / "i18n" / f"{i18n.LANG}.yml")
+    monkeypatch.chdir(repo)
+    return repo
+
+
+def _files(folder):
+    return {p.relative_to(folder): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+
+
+def _refused(argv, match):
+    """The command's one-line error, which must match."""
+    with pytest.raises(SystemExit, match=match) as e:
+        i18n.main(argv)
+    assert isinstance(e.value.code, str) and "\n" not in e.value.code, e.value.code
+    return e.value.code
+
+
+@pytest.mark.parametrize("out", [".", "..", "notes", "other-clone", "book/_toc.yml"])
+def test_build_refuses_to_replace_what_it_did_not_write(checkout, out):
+    (checkout.parent / "notes").mkdir()
+    (checkout.parent / "notes" / "notes.txt").write_text("mine\n")
+    shutil.copytree(checkout / ".git", checkout.parent / "other-clone" / ".git")
+    before = _files(checkout.parent)
+    _refused(["build", out if out in (".", "..") else f"../{out}"],
+             r"^OUT: expected a new or empty directory or an earlier build \(it has "
+             r"\.i18n-build\), got '")
+    assert _files(checkout.parent) == before
+
+
+def test_a_build_replaces_only_an_earlier_build_and_only_once_every_page_passes(checkout):
+    out = checkout / "_build" / "zh" / "src"  # where `make book-zh` builds
+    assert i18n.main(["build", "_build/zh/src"]) == 0
+    (out / "_build" / "html").mkdir(parents=True)  # what jupyter-book writes beside it
+    assert i18n.main(["build", "_build/zh/src"]) == 0
+    built = _files(out)
+    catalog = i18n.CATALOGS / "05_rmsnorm.yml"
+    text = catalog.read_text(encoding="utf-8")
+    stale = text.replace(text.split("en_sha256: ")[1][:64], "0" * 64, 1)
+    catalog.write_text(stale, encoding="utf-8")
+    _refused(["build", "_build/zh/src"], "05_rmsnorm: .*changed since it was translated")
+    assert _files(out) == built
+    assert (out / "chapters" / "05_rmsnorm.ipynb").exists() and (out / i18n.MARKER).exists()
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith(".")) == [i18n.MARKER]
+
+
+@pytest.mark.parametrize("command", ["check", "show", "skeleton"])
+def test_a_page_is_a_known_page_or_its_path(command, capsys):
+    before = _files(i18n.CATALOGS)
+    _refused([command, "no-such-page"], r"^page: expected one of intro, .*, got 'no-such-page'$")
+    assert _files(i18n.CATALOGS) == before
+    if command == "check":
+        assert i18n.main(["check", "chapters/05_rmsnorm.ipynb"]) == 0
+        cells = len(i18n.english_cells(PAGES["05_rmsnorm"]))
+        assert capsys.readouterr().out.endswith(f"{i18n.LANG}: {cells} cells, 0 missing, "
+                                                "0 stale, 0 orphan, 0 malformed\n")
+
+
+def test_skeleton_names_a_catalog_that_is_not_yaml_and_leaves_it_alone(checkout):
+    catalog = i18n.CATALOGS / "05_rmsnorm.yml"
+    catalog.write_text(catalog.read_text(encoding="utf-8") + "foo: [unclosed\n", "utf-8")
+    before = catalog.read_bytes()
+    lines = before.count(b"\n")
+    _refused(["skeleton", "05_rmsnorm"], r"^i18n/zh_CN/05_rmsnorm\.yml: not valid YAML "
+             rf"\(line {lines + 1}, column 1\): expected ',' or '\]'")
+    assert catalog.read_bytes() == before
+
+
+def test_a_cell_id_twice_in_a_catalog_is_malformed_and_skeleton_keeps_it(checkout, capsys):
+    catalog = i18n.CATALOGS / "05_rmsnorm.yml"
+    text = catalog.read_text(encoding="utf-8")
+    first = text[:re.search(r"\n(?=\S)", text).end()]  # the first entry, again
+    catalog.write_text(text + first, encoding="utf-8")
+    line = text.count("\n") + 1
+    assert i18n.main(["status"]) == 1
+    assert (f"malformed 05_rmsnorm: i18n/zh_CN/05_rmsnorm.yml: not valid YAML (line {line}, "
+            f"column 1): duplicate key '{first.split(':')[0]}', also on line 1\n"
+            in capsys.readouterr().out)
+    before = catalog.read_bytes()
+    _refused(["skeleton", "05_rmsnorm"], "duplicate key")
+    assert catalog.read_bytes() == before

@@ -18,6 +18,9 @@ Usage:
   python tools/i18n.py skeleton PAGE...  add the English of untranslated cells to a catalog
   python tools/i18n.py show PAGE         the English cells, ids and hashes, in order
   python tools/i18n.py build OUT         write the Chinese book's sources into OUT
+
+PAGE is a page's stem (`05_rmsnorm`) or its path. `build` checks every page before it writes
+anything, and replaces OUT only if OUT is new, empty or an earlier build (it has `.i18n-build`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import json
 import re
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -134,13 +138,44 @@ def catalog_path(stem: str) -> Path:
     return CATALOGS / f"{stem}.yml"
 
 
+class InputError(ValueError):
+    """An argument or a file that a command cannot use; the message is one line."""
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a key twice in one mapping (a merge's leftover)."""
+
+    def construct_mapping(self, node, deep=False):
+        lines = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.tag != "tag:yaml.org,2002:merge":
+                if (key.tag, key.value) in lines:
+                    raise yaml.constructor.ConstructorError(
+                        problem=f"duplicate key {key.value!r}, also on line "
+                                f"{lines[key.tag, key.value]}", problem_mark=key.start_mark)
+                lines[key.tag, key.value] = key.start_mark.line + 1
+        return super().construct_mapping(node, deep)
+
+
+def _shown(path: Path) -> Path:
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+
+
 def load_catalog(stem: str) -> dict:
     path = catalog_path(stem)
     if not path.exists():
         return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader) or {}
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        raise InputError(f"{_shown(path)}: not valid YAML (line {mark.line + 1}, column "
+                         f"{mark.column + 1}): {e.problem or e.context}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        raise InputError(f"{_shown(path)}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping of cell ids, got {type(data).__name__}")
+        raise InputError(f"{_shown(path)}: expected a mapping of cell ids, "
+                         f"got {type(data).__name__}")
     return data
 
 
@@ -248,8 +283,8 @@ def problems(stem: str, path: Path, terms: list[dict]) -> dict[str, list[str]]:
     cells = english_cells(path)
     try:
         catalog = load_catalog(stem)
-    except (yaml.YAMLError, ValueError) as e:
-        out["malformed"].append(f"{catalog_path(stem).name}: {e}")
+    except InputError as e:
+        out["malformed"].append(str(e))
         return out
     ids = {cid for cid, _ in cells}
     out["orphan"] = [f"{cid}: no English cell has this id" for cid in catalog if cid not in ids]
@@ -319,14 +354,56 @@ def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+MARKER = ".i18n-build"  # in OUT: an earlier build, which the next one may replace
+
+
 def build(out: Path, strict: bool = True) -> None:
-    """The Chinese book's sources: notebooks, pages, table of contents and configuration."""
+    """The Chinese book's sources: notebooks, pages, table of contents and configuration.
+
+    Every page is checked before OUT is touched. OUT must be new, empty or an earlier build;
+    the book is written into a temporary directory inside it, which then replaces the rest.
+    """
+    out = _out_dir(out)
+    books = {stem: translated(stem, path, strict) for stem, path in pages().items()}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).write_text("Written by tools/i18n.py build, which replaces this directory.\n")
+    tmp = Path(tempfile.mkdtemp(prefix=".i18n-tmp-", dir=out))
+    try:
+        _write_book(tmp, books)
+        for old in out.iterdir():  # the earlier build, and any a killed build left
+            if old in (tmp, out / MARKER):
+                continue
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+        for new in tmp.iterdir():
+            new.rename(out / new.name)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _out_dir(out: Path) -> Path:
+    """OUT, resolved, if a build may replace it; InputError if not."""
+    path = out.resolve()
+    if path == ROOT or path in ROOT.parents:
+        got = "the repository" if path == ROOT else f"which holds the repository {ROOT}"
+    elif path.exists() and not path.is_dir():
+        got = "not a directory"
+    elif path.is_dir() and any(path.iterdir()) and (not (path / MARKER).is_file()
+                                                    or (path / ".git").exists()):
+        got = "which holds files this tool did not write"
+    else:
+        return path
+    raise InputError(f"OUT: expected a new or empty directory or an earlier build (it has "
+                     f"{MARKER}), got '{out}', {got}")
+
+
+def _write_book(out: Path, books: dict[str, list[tuple[str, str]]]) -> None:
     settings = edition()
-    if out.exists():
-        shutil.rmtree(out)
-    (out / "chapters").mkdir(parents=True)
+    (out / "chapters").mkdir()
     for stem, path in pages().items():
-        cells = translated(stem, path, strict)
+        cells = books[stem]
         target = out / path.relative_to(ROOT)
         if path.suffix == ".ipynb":
             target.write_text(chinese_notebook(path, cells), encoding="utf-8")
@@ -374,6 +451,15 @@ def status(stems: list[str] | None = None, detail: bool = False) -> int:
     return 1 if any(counts.values()) else 0
 
 
+def page_stems(names: list[str], all_pages: dict[str, Path]) -> list[str]:
+    """Each PAGE argument as a page's stem; a path (`chapters/05_rmsnorm.ipynb`) gives its own."""
+    stems = [name if name in all_pages else Path(name).stem for name in names]
+    for name, stem in zip(names, stems):
+        if stem not in all_pages:
+            raise InputError(f"page: expected one of {', '.join(all_pages)}, got {name!r}")
+    return stems
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -383,26 +469,31 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("show").add_argument("page")
     sub.add_parser("build").add_argument("out", type=Path)
     args = parser.parse_args(argv)
+    try:
+        return _run(args)
+    except TranslationError as e:
+        raise SystemExit(f"i18n.py {args.command}: {e}") from None
+    except InputError as e:
+        raise SystemExit(str(e)) from None
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "status":
         return status()
-    if args.command == "check":
-        return status(args.page, detail=True)
     if args.command == "build":
-        try:
-            build(args.out)
-        except TranslationError as e:
-            raise SystemExit(f"i18n.py build: {e}") from None
+        build(args.out)
         return 0
     all_pages = pages()
-    for stem in [args.page] if args.command == "show" else args.page:
-        if stem not in all_pages:
-            raise SystemExit(f"page: expected one of {', '.join(all_pages)}, got {stem!r}")
+    stems = page_stems([args.page] if args.command == "show" else args.page, all_pages)
+    if args.command == "check":
+        return status(stems, detail=True)
     if args.command == "show":
-        for cid, source in english_cells(all_pages[args.page]):
+        for cid, source in english_cells(all_pages[stems[0]]):
             print(f"=== {cid}  en_sha256: {sha256(source)}\n{source}\n")
         return 0
-    for stem in args.page:
-        catalog, ordered = load_catalog(stem), {}
+    catalogs = {stem: load_catalog(stem) for stem in stems}  # each one valid before any write
+    for stem, catalog in catalogs.items():
+        ordered = {}
         for cid, source in english_cells(all_pages[stem]):
             if cid in catalog or not _untranslatable(source):
                 ordered[cid] = catalog.pop(cid, {"en_sha256": sha256(source), "md": source})
