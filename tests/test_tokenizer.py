@@ -399,8 +399,8 @@ def test_no_chunk_boundary_falls_inside_a_longer_special_token(tmp_path):
     data = text.encode("utf-8")
     bounds = chunk_boundaries(path, 16, b"<|b|>", [s.encode() for s in specials])
     assert len(bounds) > 10
-    for cut in bounds[1:-1]:  # each cut right after a whole <|a|><|b|>
-        assert data[:cut].endswith(b"<|a|><|b|>")
+    for cut in bounds[1:-1]:  # each cut at the start of a whole <|a|><|b|>, not inside it
+        assert data[cut:].startswith(b"<|a|><|b|>")
     tok = Tokenizer({i: bytes([i]) for i in range(256)}, [], specials)
     expected = tok.encode(text)
     assert expected.count(257) == 3000  # the longer token, every time
@@ -410,3 +410,68 @@ def test_no_chunk_boundary_falls_inside_a_longer_special_token(tmp_path):
         assert np.array_equal(np.load(tmp_path / f"{n}.npy"), expected)
     one = train_bpe(path, 300, specials, num_processes=1)
     assert train_bpe(path, 300, specials, num_processes=4) == one
+
+
+# Special-token sets whose occurrences overlap: a token that begins with its own end ("\n\n"
+# in "\n\n\n"), one that begins with another's end ("aa" and "a a"), one inside another. The
+# left-to-right scan matches only some occurrences; a cut at any other would split a chunk
+# differently from the whole text.
+OVERLAPPING = [["\n\n"], ["aa", "a a"], ["'s", "s'"], ["aba", "ba"], ["ab", "bcd", "b"],
+               ["<|b|>", "<|a|><|b|>"], ["xyx", "yxy"]]
+
+
+def _overlapping_text(rng: random.Random, specials: list[str], n: int) -> str:
+    """n pieces drawn from the special tokens, their characters, spaces, "r" and "\\n"."""
+    pieces = specials + sorted(set("".join(specials))) + [" ", " or", "r", "\n"]
+    return "".join(rng.choice(pieces) for _ in range(n))
+
+
+def _trained_tokenizer(text: str, specials: list[str]) -> Tokenizer:
+    """A tokenizer with the plain trainer's merges, so that pre-token boundaries change ids."""
+    merges = plain_bpe(text, 400, specials)
+    vocab = {i: bytes([i]) for i in range(256)}
+    vocab.update({256 + k: a + b for k, (a, b) in enumerate(merges)})
+    return Tokenizer(vocab, merges, specials)
+
+
+@pytest.mark.parametrize("specials", OVERLAPPING, ids=repr)
+def test_chunks_split_like_the_whole_text_for_overlapping_special_tokens(
+        tmp_path, monkeypatch, specials):
+    """Encoding the chunks one by one gives the ids of the whole text, for any chunk count,
+    also when a cut is looked for across several small reads."""
+    rng = random.Random(3)
+    path = tmp_path / "t.txt"
+    tokens = [s.encode() for s in specials]
+    for case in range(150):
+        text = _overlapping_text(rng, specials, rng.randrange(1, 60))
+        path.write_text(text, encoding="utf-8")
+        data = text.encode()
+        tok = _trained_tokenizer(text, specials)
+        expected = tok.encode(text)
+        monkeypatch.setattr(tlm.tokenizer, "_WINDOW", 1 if case % 2 else 1 << 16)
+        for n in (2, 3, 5, 8, 16):
+            bounds = chunk_boundaries(path, n, tokens[0], tokens)
+            assert bounds[0] == 0 and bounds[-1] == len(data) and bounds == sorted(set(bounds))
+            ids = [i for a, b in zip(bounds, bounds[1:]) for i in tok.encode(data[a:b].decode())]
+            assert ids == expected, (text, bounds)
+
+
+@pytest.mark.parametrize("specials", [["\n\n"], ["aa", "a a"], ["'s", "s'"], ["xyx", "yxy"]],
+                         ids=repr)
+def test_encode_file_and_train_bpe_agree_with_the_whole_text_for_overlapping_specials(
+        tmp_path, specials):
+    """encode_file equals Tokenizer.encode, and train_bpe the plain trainer on the whole text,
+    for any number of processes (one process still counts and encodes in several chunks)."""
+    rng = random.Random(4)
+    path = tmp_path / "t.txt"
+    for case in range(3):
+        text = _overlapping_text(rng, specials, 300)
+        path.write_text(text, encoding="utf-8")
+        tok = _trained_tokenizer(text, specials)
+        expected = tok.encode(text)
+        for n in (1, 3):
+            vocab, merges = train_bpe(path, 10_000, specials, num_processes=n)
+            assert merges == plain_bpe(text, 10_000, specials), (text, n)  # all merges
+            assert tlm.encode_file(tok, path, tmp_path / "ids.npy", num_processes=n) == len(
+                expected)
+            assert np.load(tmp_path / "ids.npy").tolist() == expected, (text, n)

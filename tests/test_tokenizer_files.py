@@ -82,6 +82,30 @@ def test_malformed_files_name_the_file_and_line(tmp_path):
         Tokenizer({i: bytes([i]) for i in range(256)}, read_merges(merges))
 
 
+def test_files_that_are_not_utf8_name_the_file_and_the_byte(tmp_path):
+    junk = tmp_path / "junk.bin"
+    junk.write_bytes(b'{"ab": 1\x80}')
+    for read in (read_vocab, read_merges):
+        with pytest.raises(ValueError, match=r"junk\.bin is not UTF-8 text: byte 8 "
+                                             r"\(b'\\x80'\)"):
+            read(junk)
+    merges = tmp_path / "merges.txt"
+    merges.write_bytes(b"#version: 0.2\r\na b\r\n")  # Windows line ends are line ends
+    assert read_merges(merges) == [(b"a", b"b")]
+    merges.write_bytes(b"#version: 0.2\r\na b\r\n\xff\n")
+    with pytest.raises(ValueError, match=r"merges\.txt is not UTF-8 text: byte 20 "):
+        read_merges(merges)
+    write_vocab({i: bytes([i]) for i in range(256)}, tmp_path / "vocab.json")
+    with pytest.raises(ValueError, match=r"junk\.bin is not UTF-8 text: byte 8"):
+        Tokenizer.from_files(tmp_path / "vocab.json", junk)
+    (tmp_path / "t.txt").write_text("text", encoding="utf-8")
+    done = _cli("encode", "t.txt", "--vocab", "junk.bin", "--merges", "junk.bin", "--out",
+                "ids.npy", cwd=tmp_path)
+    assert done.returncode == 2 and not (tmp_path / "ids.npy").exists()
+    assert done.stderr == ("error: junk.bin is not UTF-8 text: byte 8 (b'\\x80') starts no "
+                           "character\n")
+
+
 # ---- tiktoken's ranks ----
 
 def test_merges_from_a_hand_made_ranks_table(tmp_path):

@@ -85,11 +85,12 @@ def _count_pretokens(text: str, special_tokens: list[str]) -> Counter:
     return counts
 
 
-def _read_text(path: str, start: int, end: int) -> str:
-    """Bytes [start, end) of a file as text; a ValueError names a non-UTF-8 byte."""
+def _read_text(path: str, start: int = 0, end: int | None = None) -> str:
+    """Bytes [start, end) of a file (all of it by default) as text; a ValueError
+    names a non-UTF-8 byte."""
     with open(path, "rb") as f:
         f.seek(start)
-        data = f.read(end - start)
+        data = f.read(None if end is None else end - start)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -106,59 +107,59 @@ def _read_chunk(args) -> Counter:
 
 def chunk_boundaries(path, n_chunks: int, split_token: bytes,
                      special_tokens: list[bytes] = ()) -> list[int]:
-    """Byte offsets that cut a file into about n_chunks pieces, each cut at the start of
-    `split_token`, so that no pre-token and no special token is cut ([0, size] if
-    there is none). Where one of `special_tokens` contains the split token and covers
-    the cut, the cut moves to the end of that longer token."""
+    """Byte offsets that cut a file into about n_chunks pieces ([0, size] if there is
+    no place to cut). Each cut is at the start of a special token (`split_token` or
+    one of `special_tokens`) that no occurrence of a special token spans. The scan
+    that splits text on special tokens, left to right and longest first, skips only
+    the insides of its matches: it reaches such an offset whatever came before and
+    matches there. So each chunk splits as the whole file does, and no pre-token is
+    cut."""
     size = os.path.getsize(path)
     if n_chunks <= 1 or not split_token:
         return [0, size]
+    tokens = sorted({split_token, *special_tokens}, key=len, reverse=True)
+    # every offset where a special token begins, with the longest that begins there
+    starts = regex.compile(b"(?=(%s))" % b"|".join(map(regex.escape, tokens)))
     bounds = [0]
     with open(path, "rb") as f:
         for i in range(1, n_chunks):
-            f.seek(max(bounds[-1], i * size // n_chunks))
-            window, offset = b"", f.tell()
-            while True:  # read on until the next occurrence of the token
-                block = f.read(1 << 16)
-                if not block:
-                    break
-                window += block
-                found = window.find(split_token)
-                if found >= 0:
-                    cut = _outside_specials(f, offset + found, special_tokens)
-                    if bounds[-1] < cut < size:
-                        bounds.append(cut)
-                    break
-                keep = len(split_token) - 1
-                offset += len(window) - keep
-                window = window[-keep:] if keep else b""
+            at = max(bounds[-1] + 1, i * size // n_chunks)
+            cut = _next_sure_match(f, at, starts, len(tokens[0]))
+            if cut is None:
+                break
+            bounds.append(cut)
     return bounds + [size]
 
 
-def _outside_specials(f, cut: int, special_tokens: list[bytes]) -> int:
-    """`cut`, or the end of a special token whose occurrence in file f spans it."""
-    longest = max(map(len, special_tokens), default=0)
-    moved = True
-    while moved:
-        moved = False
-        f.seek(max(0, cut - longest))
-        start, data = f.tell(), f.read(2 * longest)
-        for token in special_tokens:
-            at = data.find(token)
-            while at >= 0:
-                if start + at < cut < start + at + len(token):
-                    cut, moved = start + at + len(token), True
-                    break
-                at = data.find(token, at + 1)
-            if moved:
+_WINDOW = 1 << 16  # bytes read at a time while looking for a cut
+
+
+def _next_sure_match(f, at: int, starts, longest: int) -> int | None:
+    """The first offset >= `at` in file f where a special token begins and no
+    occurrence of one spans it; None if there is none."""
+    window = max(_WINDOW, 4 * longest)
+    while True:
+        f.seek(max(0, at - longest + 1))  # where an occurrence spanning `at` can begin
+        base, data = f.tell(), f.read(window)
+        complete = len(data) < window  # the data reaches the end of the file
+        # an offset is decided once every token that begins before it is in the data
+        last = len(data) if complete else len(data) - longest
+        reach = 0  # the end of the occurrences seen so far
+        for m in starts.finditer(data):
+            if m.start() > last:
                 break
-    return cut
+            if base + m.start() >= at and m.start() >= reach:
+                return base + m.start()
+            reach = max(reach, m.end(1))
+        if complete:
+            return None
+        at = base + last + 1
 
 
 def _over_chunks(path, special_tokens: list[str], num_processes, worker, extra=(),
                  initializer=None, initargs=(), desc="", progress=False) -> Iterator:
-    """worker((path, start, end, *extra)) for each chunk of a file cut at the first
-    special token, in file order; in worker processes when there are several of both."""
+    """worker((path, start, end, *extra)) for each chunk of a file cut at special
+    tokens, in file order; in worker processes when there are several of both."""
     n = num_processes if num_processes is not None else (os.cpu_count() or 1)
     specials = [t.encode("utf-8") for t in special_tokens]
     bounds = chunk_boundaries(path, max(1, 4 * n), specials[0] if specials else b"",
@@ -179,7 +180,7 @@ def _over_chunks(path, special_tokens: list[str], num_processes, worker, extra=(
 
 
 def _count_file(path: Path, specials: list[str], num_processes, progress) -> Counter:
-    """Pre-token counts of a file, in parallel over chunks cut at a special token."""
+    """Pre-token counts of a file, in parallel over chunks cut at special tokens."""
     counts = Counter()
     for part in _over_chunks(path, specials, num_processes, _read_chunk, (specials,),
                              desc="pre-tokenizing", progress=progress):
@@ -218,8 +219,8 @@ def train_bpe(input_path, vocab_size: int, special_tokens: list[str],
         vocab_size: the final vocabulary: 256 bytes, the special tokens, the merges.
         special_tokens: strings that split the text and get one id each, never merged.
         num_processes: processes counting pre-tokens (default: one per CPU core); the
-            file is cut into chunks at occurrences of the first special token, never
-            inside a special token.
+            file is cut into chunks at special tokens, where the whole file is
+            split on them too.
         progress: show progress bars (tqdm).
     Returns:
         vocab (id -> bytes: ids 0-255 the bytes, then the special tokens longer than

@@ -49,7 +49,7 @@ def read_vocab(path) -> dict[int, bytes]:
     """vocab.json ({token: id}, GPT-2's characters for bytes) as {id: bytes}."""
     path = Path(path)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
+        raw = json.loads(_read_text(path))
     except json.JSONDecodeError as error:
         raise ValueError(f"{path}, line {error.lineno}: not valid JSON ({error.msg})"
                          ) from None
@@ -70,17 +70,15 @@ def read_merges(path) -> list[tuple[bytes, bytes]]:
     """merges.txt (one 'a b' pair a line; a '#version' line is skipped) as pairs."""
     path = Path(path)
     merges = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            line = line.rstrip("\n")
-            if not line or line.startswith("#version"):
-                continue
-            parts = line.split(" ")
-            if len(parts) != 2 or not all(parts):
-                raise ValueError(f"{path}, line {n}: expected two tokens separated by "
-                                 f"one space, got {line!r}")
-            where = f"{path}, line {n}"
-            merges.append((_to_bytes(parts[0], where), _to_bytes(parts[1], where)))
+    for n, line in enumerate(_read_text(path).splitlines(), 1):
+        if not line or line.startswith("#version"):
+            continue
+        parts = line.split(" ")
+        if len(parts) != 2 or not all(parts):
+            raise ValueError(f"{path}, line {n}: expected two tokens separated by "
+                             f"one space, got {line!r}")
+        where = f"{path}, line {n}"
+        merges.append((_to_bytes(parts[0], where), _to_bytes(parts[1], where)))
     return merges
 
 
