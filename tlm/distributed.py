@@ -194,8 +194,12 @@ class DDP(nn.Module):
                                "finish_gradient_synchronization(); call it after each "
                                "backward()")
         self._sending.add(id(p))
-        p.grad /= self.world_size  # the mean: sum the ranks' shares
-        self._pending.append(dist.all_reduce(p.grad, async_op=True))
+        self._pending.append(dist.all_reduce(self._share(p.grad), async_op=True))
+
+    def _share(self, grad: torch.Tensor) -> torch.Tensor:
+        """grad / N, in place: this rank's share of the mean, which the sum over the
+        ranks completes. FSDP's reduce-scatter divides the same way, rounding alike."""
+        return grad.div_(self.world_size)
 
     def forward(self, *args, **kwargs):
         return self.module(*args, **kwargs)
@@ -257,7 +261,8 @@ class _Gathered(torch.autograd.Function):
     """A Linear's or an Embedding's output from its weight's shard: the full weight is
     all-gathered for the forward pass and, for a Linear, gathered again for the backward
     pass (it is not kept in between; an Embedding's backward needs only the ids), and
-    its gradient is reduce-scattered back to the shards."""
+    its gradient is reduce-scattered back to the shards (a tied weight's once, after
+    all of its layers have added theirs)."""
 
     @staticmethod
     def forward(ctx, inputs, shard, fsdp, kind, shape):
@@ -289,7 +294,7 @@ class _Gathered(torch.autograd.Function):
             else:
                 flat_inputs = inputs.reshape(-1, inputs.shape[-1]).to(grad.dtype)
                 grad_weight = rows.T @ flat_inputs
-            grad_shard = fsdp._scatter(grad_weight)
+            grad_shard = fsdp._reduce(shard, grad_weight)
         return grad_inputs, grad_shard, None, None, None
 
 
@@ -317,6 +322,8 @@ class FSDP(DDP):
         self.rank, self.compute_dtype = dist.get_rank(), compute_dtype
         self._names = [name for name, _ in module.named_parameters()]
         self._shapes, shards = {}, {}  # shard -> full shape; full weight id -> shard
+        self._uses = {}  # shard -> how many layers use it: 2 for a tied weight
+        self._partial = {}  # shard -> (shard, the gradients added so far, how many)
         for layer in module.modules():
             kind = ("linear" if isinstance(layer, Linear) else
                     "embedding" if isinstance(layer, Embedding) else None)
@@ -326,6 +333,7 @@ class FSDP(DDP):
             if id(full) not in shards:  # a tied weight is sharded once
                 shards[id(full)] = self._shard(full)
             shard = shards[id(full)]
+            self._uses[id(shard)] = self._uses.get(id(shard), 0) + 1
             layer.weight = shard  # the same name, now this rank's shard
             layer.forward = types.MethodType(
                 lambda layer, x, kind=kind, shape=tuple(full.shape): _Gathered.apply(
@@ -346,13 +354,33 @@ class FSDP(DDP):
         dist.all_gather(parts, local)
         return torch.cat(parts)[:math.prod(shape)].view(shape)
 
+    def _reduce(self, shard: torch.Tensor, grad: torch.Tensor) -> torch.Tensor | None:
+        """The shard's gradient once every layer that uses the weight has added its own
+        (None before): as autograd does for DDP, a tied weight's two gradients are added
+        on each rank and the sum is averaged over the ranks, in one reduce-scatter."""
+        _, summed, count = self._partial.pop(id(shard), (None, None, 0))
+        summed = grad if summed is None else summed + grad
+        if count + 1 < self._uses[id(shard)]:
+            self._partial[id(shard)] = (shard, summed, count + 1)
+            return None
+        return self._scatter(summed)
+
     def _scatter(self, grad: torch.Tensor) -> torch.Tensor:
         flat = grad.reshape(-1)
         size = -(-flat.numel() // self.world_size)
         flat = nn.functional.pad(flat, (0, size * self.world_size - flat.numel()))
         mine = flat.new_empty(size)
-        dist.reduce_scatter(mine, list(flat.chunk(self.world_size)))  # the sum
-        return mine.float() / self.world_size  # the mean, into the float32 shard
+        # the ranks' shares g / N summed: the mean, rounded as DDP's all-reduce does
+        dist.reduce_scatter(mine, list(self._share(flat).chunk(self.world_size)))
+        return mine.float()  # into the float32 shard
+
+    def finish_gradient_synchronization(self) -> None:
+        super().finish_gradient_synchronization()
+        # a tied weight only some of whose layers ran: what they added, reduced now
+        for shard, summed, _ in self._partial.values():
+            mine = self._scatter(summed)
+            shard.grad = mine if shard.grad is None else shard.grad + mine
+        self._partial.clear()
 
     @torch.no_grad()
     def gather_full_params(self) -> dict[str, torch.Tensor]:
