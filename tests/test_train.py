@@ -913,14 +913,14 @@ def _doctor_rows(capsys) -> dict[str, str]:
 
 def test_doctor_reports_a_package_without_metadata(monkeypatch, capsys):
     """Importable from a folder on PYTHONPATH, say, with no distribution metadata."""
-    real = importlib.metadata.version
+    real = importlib.metadata.distribution
 
-    def version(name):
+    def distribution(name):
         if name == "numpy":
             raise importlib.metadata.PackageNotFoundError(name)
         return real(name)
 
-    monkeypatch.setattr(importlib.metadata, "version", version)
+    monkeypatch.setattr(importlib.metadata, "distribution", distribution)
     assert _doctor_rows(capsys)["numpy"].split(None, 1)[1].startswith("no metadata")
 
 
@@ -1157,3 +1157,19 @@ def test_data_prepares_its_files_inside_dir(tmp_path, monkeypatch):
     assert main(["data", "shakespeare", str(out), "--quiet"]) == 0
     assert places == [out]
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_doctor_names_a_package_shadowed_by_a_folder(tmp_path):
+    """A folder named like an installed package, in the working directory, is what
+    `python -m tlm` imports: the row says so instead of the installed version."""
+    (tmp_path / "tiktoken").mkdir()
+    (tmp_path / "tiktoken" / "__init__.py").write_text("")
+    done = subprocess.run([sys.executable, "-m", "tlm", "doctor"], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    row = next(line for line in done.stdout.splitlines() if line.startswith("tiktoken"))
+    version = importlib.metadata.version("tiktoken")
+    assert row.split(None, 2)[1:] == [
+        "shadowed", f"imported from {tmp_path / 'tiktoken'}, not from the installed "
+        f"tiktoken {version}"]

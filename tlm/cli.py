@@ -332,13 +332,21 @@ def _torch_row() -> tuple[str, str, str]:
     return "torch", torch.__version__, f"{verdict}; {threads}"
 
 
-def _version(distribution: str) -> str:
-    """A package's version, from its metadata: none for one importable from a folder
-    on PYTHONPATH, say."""
+def _version(spec, distribution: str) -> tuple[str, str | None]:
+    """A package's version, from its metadata, or why there is none: a module imported
+    from a folder on PYTHONPATH (or in the working directory) has no metadata, or
+    hides the installed distribution's."""
+    places = list(spec.submodule_search_locations or []) or [spec.origin]
+    where = Path(places[0]).resolve()  # the package's folder, or its one file
     try:
-        return importlib.metadata.version(distribution)
+        found = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return "no metadata"
+        return "no metadata", f"imported from {where}"
+    home = Path(found.locate_file("")).resolve()
+    if home not in where.parents:
+        return "shadowed", (f"imported from {where}, not from the installed "
+                            f"{distribution} {found.version}")
+    return found.version, None
 
 
 def _doctor(args) -> int:
@@ -361,12 +369,15 @@ def _doctor(args) -> int:
                      "overrides it)"))
     except ValueError as error:  # $TLM_DEVICE names a device this machine lacks
         rows.append(("device", "unusable", str(error)))
-    for module, spec, use in _PACKAGES:
-        if importlib.util.find_spec(module) is None:
-            how = f"pip install {'--no-deps ' if '==' in spec else ''}{spec}"
+    for module, requirement, use in _PACKAGES:
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            pinned = "--no-deps " if "==" in requirement else ""
+            how = f"pip install {pinned}{requirement}"
             rows.append((module, "missing", f"{how}  ({use or 'tlm needs it'})"))
         else:
-            rows.append((module, _version(spec.split("==")[0]), use or "ok"))
+            version, odd = _version(spec, requirement.split("==")[0])
+            rows.append((module, version, odd or use or "ok"))
     width = max(len(name) for name, _, _ in rows)
     for name, value, note in rows:
         print(f"{name:<{width}}  {value:<16}  {note}")
