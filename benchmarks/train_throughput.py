@@ -1,4 +1,4 @@
-"""Training throughput of `python -m tlm.train`'s step against the same loop with Hugging Face.
+"""Training throughput of `tlm train`'s step against the same loop with Hugging Face.
 
 Usage: python benchmarks/train_throughput.py [--repeats 41] [--device cpu]
 tlm: TransformerLM (sdpa attention) + tlm.AdamW + tlm.gradient_clipping, the script's defaults.
