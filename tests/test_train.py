@@ -1110,6 +1110,8 @@ def test_a_token_file_that_is_not_whole_is_named(data_dir, tmp_path, capsys, con
                               "'tie_embeddings'?"),
     ({"frobnicate": 1}, "unknown option 'frobnicate'"),
     ({"compile": "no"}, "--compile must be True or False, got 'no'"),
+    ({5: 1}, "unknown option 5"),
+    ({"data_dir": None}, "--data-dir must be a path, got None"),
 ])
 def test_train_model_refuses_an_option_it_does_not_know(tmp_path, config, message):
     with pytest.raises(ValueError) as error:
@@ -1127,6 +1129,8 @@ def test_train_model_refuses_an_option_it_does_not_know(tmp_path, config, messag
      "got 1e+39"),
     (["--seed", 10**29], f"--seed must be an int in [0, 2**63), got {10**29}"),
     (["--seed", -1], "--seed must be an int in [0, 2**63), got -1"),
+    (["--eps", 1e-46], "--eps must be a number float32 does not round to 0 (>= 1.4e-45), "
+     "got 1e-46"),
 ])
 def test_numbers_past_what_training_can_hold_are_refused(tmp_path, capsys, args,
                                                          message):
@@ -1173,3 +1177,96 @@ def test_doctor_names_a_package_shadowed_by_a_folder(tmp_path):
     assert row.split(None, 2)[1:] == [
         "shadowed", f"imported from {tmp_path / 'tiktoken'}, not from the installed "
         f"tiktoken {version}"]
+
+
+def test_a_file_system_without_locks_runs_unlocked_with_a_warning(data_dir, tmp_path,
+                                                                  monkeypatch, capsys):
+    """flock fails with ENOLCK or ENOSYS on some network file systems (Lustre without
+    -o flock): the run goes on, and says that it is not protected."""
+    import errno
+
+    import tlm.train
+
+    def no_locks(f, how):
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(tlm.train.fcntl, "flock", no_locks)
+    out = tmp_path / "run"
+    assert _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir", out,
+                                "--steps", 2]))) == 0
+    assert capsys.readouterr().err == (
+        f"warning: {out / '.lock'} cannot be locked ({os.strerror(errno.ENOLCK)}): two "
+        f"runs in {out} at once would not be refused\n")
+    assert (out / "checkpoint.pt").exists()
+
+
+def test_doctor_counts_an_editable_install_as_installed(monkeypatch, capsys, tmp_path):
+    """`pip install -e`: the package is imported from its own folder, which is not
+    where the distribution's metadata lies, and that is no shadowing."""
+    import importlib.util
+    real_spec, real_distribution = importlib.util.find_spec, importlib.metadata.distribution
+    (tmp_path / "tiktoken").mkdir()
+    (tmp_path / "tiktoken" / "__init__.py").write_text("")
+
+    def find_spec(name, *args):
+        if name == "tiktoken":
+            return importlib.util.spec_from_file_location(
+                "tiktoken", tmp_path / "tiktoken" / "__init__.py",
+                submodule_search_locations=[str(tmp_path / "tiktoken")])
+        return real_spec(name, *args)
+
+    class Editable:
+        def __init__(self, found):
+            self.found, self.version = found, found.version
+
+        def locate_file(self, path):
+            return self.found.locate_file(path)
+
+        def read_text(self, name):
+            if name == "direct_url.json":
+                return json.dumps({"url": f"file://{tmp_path}",
+                                   "dir_info": {"editable": editable}})
+            return self.found.read_text(name)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    monkeypatch.setattr(importlib.metadata, "distribution",
+                        lambda name: Editable(real_distribution(name)))
+    version = importlib.metadata.version("tiktoken")
+    for editable, shown in ((True, version), (False, "shadowed")):
+        assert _doctor_rows(capsys)["tiktoken"].split()[1] == shown
+
+
+def test_doctor_in_an_environment_of_symlinks(tmp_path):
+    """site-packages made of links (a Nix-style environment, a symlink farm): every
+    package is the installed one, none is shadowed."""
+    import site
+    farm = tmp_path / "farm"
+    farm.mkdir()
+    packages = Path(next(p for p in site.getsitepackages() if Path(p, "torch").exists()))
+    for entry in packages.iterdir():
+        if not entry.name.startswith("__editable__"):
+            (farm / entry.name).symlink_to(entry)
+    done = subprocess.run([sys.executable, "-S", "-m", "tlm", "doctor"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                          env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{farm}"})
+    assert done.returncode == 0, done.stderr
+    rows = [line.split()[:2] for line in done.stdout.splitlines()]
+    assert ["numpy", importlib.metadata.version("numpy")] in rows
+    assert not [row for row in rows if row[1] == "shadowed"], done.stdout
+
+
+def test_train_model_takes_a_dict_and_a_bool(tmp_path):
+    for config, resume in (([("steps", 3)], False), ({}, "no")):
+        with pytest.raises(TypeError, match="^train_model takes a config dict and resume "
+                                            "True or False, got "):
+            train_model(config, resume=resume)
+
+
+def test_data_removes_what_a_killed_run_left_inside_dir(tmp_path, monkeypatch, capsys):
+    import tlm.cli
+    out = tmp_path / "data"
+    (out / ".tmp-k1ll3d").mkdir(parents=True)
+    (out / ".tmp-k1ll3d" / "train.txt").write_text("half")
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
+    assert main(["data", "shakespeare", str(out), "--quiet"]) == 0  # not "not empty"
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]

@@ -5,10 +5,12 @@ __all__ = ['main']
 import argparse
 import importlib.metadata
 import importlib.util
+import json
 import os
 import pickle
 import platform
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -76,11 +78,14 @@ def _data(args) -> int:
     out, start = Path(args.dir), time.perf_counter()
     if out.exists() and not out.is_dir():
         raise ValueError(f"DIR {out} exists and is not a directory")
-    if out.exists() and any(out.iterdir()) and not args.force:
+    stale = list(out.glob(".tmp-*")) if out.is_dir() else []  # from a killed run
+    if out.exists() and set(out.iterdir()) - set(stale) and not args.force:
         raise ValueError(f"DIR {out} is not empty: choose another, or pass --force to "
                          "replace its data files")
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
+    for folder in stale:
+        shutil.rmtree(folder)
     # everything is written into a folder inside DIR first (on DIR's disk, which may be
     # another than its parent's); files move in only once all are complete
     try:
@@ -92,7 +97,7 @@ def _data(args) -> int:
             for path in sorted(Path(tmp).iterdir()):
                 os.replace(path, out / path.name)
     except BaseException:
-        if made:  # empty again
+        if made and not any(out.iterdir()):  # as it was
             out.rmdir()
         raise
     print(f"{counts['train']:,} training and {counts['valid']:,} held-out tokens, "
@@ -342,8 +347,10 @@ def _version(spec, distribution: str) -> tuple[str, str | None]:
         found = importlib.metadata.distribution(distribution)
     except importlib.metadata.PackageNotFoundError:
         return "no metadata", f"imported from {where}"
-    home = Path(found.locate_file("")).resolve()
-    if home not in where.parents:
+    installed = Path(found.locate_file(where.name)).resolve()  # where it put that name
+    url = json.loads(found.read_text("direct_url.json") or "{}")  # how pip installed it
+    editable = url.get("dir_info", {}).get("editable", False)
+    if installed != where and not editable:  # pip install -e: its own folder
         return "shadowed", (f"imported from {where}, not from the installed "
                             f"{distribution} {found.version}")
     return found.version, None

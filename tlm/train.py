@@ -195,7 +195,8 @@ ABLATIONS = ("none", "no_rmsnorm", "no_rope", "post_norm", "silu_ffn")
 DECAY = ("all", "matrices", "linear")  # which weights weight decay shrinks
 DTYPES = ("float32", "bfloat16", "float16")  # what the forward pass computes in
 _BEFORE_OPTIONS = {"decay": "all"}  # what a run saved before an option existed did
-SEEDS = 2**63  # a seed is an int in [0, SEEDS): torch.manual_seed takes 64 bits
+SEEDS = 2**63  # seeds in [0, SEEDS) leave seed + j (a generator per micro-batch)
+#               within the 64 bits torch.manual_seed takes
 _OTHER_NAMES = {"learning_rate": "lr", "max_steps": "steps"}  # as other trainers say
 
 
@@ -256,7 +257,7 @@ def check_config(config: dict) -> None:
     for name in config:  # a misspelled option would otherwise train with the default
         if name not in known:
             close = [_OTHER_NAMES[name]] if name in _OTHER_NAMES else \
-                difflib.get_close_matches(name, known, n=1)
+                difflib.get_close_matches(str(name), known, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise ValueError(f"unknown option {name!r}{hint}")
 
@@ -289,7 +290,7 @@ def check_config(config: dict) -> None:
     for name in ("beta1", "beta2"):
         if not number(name) or not 0 <= config[name] < 1:
             refuse(name, "in [0, 1)")
-    # AdamW multiplies float32 weights by these numbers, the first step's the largest
+    # AdamW applies these numbers to float32 weights (the first step's are the largest)
     largest = torch.finfo(torch.float32).max
     scalars = {"lr": ("lr / (1 - beta1)", config["lr"] / (1 - config["beta1"])),
                "weight_decay": ("lr * weight_decay",
@@ -298,6 +299,8 @@ def check_config(config: dict) -> None:
     for name, (what, value) in scalars.items():
         if value > largest:
             refuse(name, f"small enough that {what} fits float32 (<= {largest:.3g})")
+    if np.float32(config["eps"]) == 0:  # then a zero second moment divides by zero
+        refuse("eps", "a number float32 does not round to 0 (>= 1.4e-45)")
     seed = config["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
         refuse("seed", f"an int in [0, 2**{SEEDS.bit_length() - 1})")
@@ -307,6 +310,9 @@ def check_config(config: dict) -> None:
     for name in ("tie_embeddings", "compile", "fsdp", "deterministic"):
         if not isinstance(config[name], bool):
             refuse(name, "True or False")
+    for name in ("data_dir", "out_dir"):
+        if not isinstance(config[name], (str, os.PathLike)):
+            refuse(name, "a path")
     if config["ablation"] not in ABLATIONS:
         refuse("ablation", f"one of {ABLATIONS}")
     if config["decay"] not in DECAY:
@@ -424,6 +430,9 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     record on rank 0 and None on the others. With config["deterministic"] torch's
     deterministic algorithms are on during the run, and as they were after it.
     """
+    if not isinstance(config, dict) or not isinstance(resume, bool):
+        raise TypeError("train_model takes a config dict and resume True or False, got "
+                        f"{type(config).__name__} and {resume!r}")
     config = {**MODEL_OPTIONS, **OPTIMIZER_OPTIONS, **RUN_OPTIONS, **config}
     check_config(config)  # first the options, then the files, each named
     before = (torch.are_deterministic_algorithms_enabled(),
@@ -449,23 +458,26 @@ def _owning(out_dir: Path):
     made = not out_dir.exists()
     out_dir.mkdir(parents=True, exist_ok=True)
     lock = out_dir / ".lock"
-    try:
-        with open(lock, "a") as f:
-            try:
-                if fcntl is not None:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise ValueError(f"--out-dir {out_dir} is in use by another run: wait "
-                                 "for it to end, or choose another") from None
-            for name in _WRITTEN:  # _replace_atomically's names
-                for tmp in out_dir.glob(f".{name}.*.tmp"):
-                    tmp.unlink(missing_ok=True)
+    with open(lock, "a") as f:
+        try:
+            if fcntl is not None:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"--out-dir {out_dir} is in use by another run: wait for "
+                             "it to end, or choose another") from None
+        except OSError as error:  # a file system without flock (Lustre, some NFS)
+            print(f"warning: {lock} cannot be locked ({error.strerror}): two runs in "
+                  f"{out_dir} at once would not be refused", file=sys.stderr)
+        for name in _WRITTEN:  # _replace_atomically's names
+            for tmp in out_dir.glob(f".{name}.*.tmp"):
+                tmp.unlink(missing_ok=True)
+        try:
             yield
-    except BaseException:
-        if made and [p.name for p in out_dir.iterdir()] == [lock.name]:
-            lock.unlink()
-            out_dir.rmdir()
-        raise
+        except BaseException:  # still locked: no other run can be using it
+            if made and [p.name for p in out_dir.iterdir()] == [lock.name]:
+                lock.unlink()
+                out_dir.rmdir()
+            raise
 
 
 def _run(config: dict, resume: bool, progress: bool) -> dict | None:
@@ -482,7 +494,8 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             raise FileNotFoundError(f"--data-dir {data_dir} has no {name} (`tlm data "
                                     f"shakespeare {data_dir}` writes one)")
     vocab = read_vocab(data_dir / "vocab.json")
-    if not resume and config["vocab_size"] not in (None, len(vocab)):  # ids it lacks
+    # smaller: the data's ids do not fit; larger: sampling could draw ids with no text
+    if not resume and config["vocab_size"] not in (None, len(vocab)):
         raise ValueError(f"--vocab-size must be the tokenizer's, {len(vocab):,} (in "
                          f"{data_dir / 'vocab.json'}), or left out; got "
                          f"{config['vocab_size']:,}")
@@ -597,7 +610,8 @@ def _run(config: dict, resume: bool, progress: bool) -> dict | None:
             else peak_flops(device))  # FLOP/s of one device, or None
 
     def record(entry: dict) -> None:
-        with _writing(log_path), open(log_path, "a") as f:
+        with _writing(log_path, "its last line may be cut: --resume drops it"), \
+                open(log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
     def checkpoint() -> None:

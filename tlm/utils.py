@@ -195,17 +195,20 @@ def time_alternating(fns: dict[str, Callable[[], object]], repeats: int = 10,
 
 
 @contextlib.contextmanager
-def _writing(path):
-    """Name `path` in the OSError of a failed write (a full disk), which names no file;
-    torch.save raises it as the context of a RuntimeError."""
+def _writing(path, kept: str | None = None):
+    """Name `path` in the OSError of a failed write (a full disk), which names no file,
+    and say what is `kept` (by default: the file as it was, if any); torch.save raises
+    that OSError as the context of a RuntimeError."""
     try:
         yield
     except (OSError, RuntimeError) as error:
         cause = error if isinstance(error, OSError) else error.__context__
         if not isinstance(cause, OSError) or cause.filename is not None:
             raise
-        path = Path(path)
-        kept = f"the previous {path.name} is kept" if path.exists() else "none was kept"
+        if kept is None:
+            path = Path(path)
+            kept = (f"the previous {path.name} is kept" if path.exists()
+                    else "none was kept")
         named = OSError(f"cannot write {path}: {cause.strerror} ({kept})")
         named.errno = cause.errno
         raise named from error

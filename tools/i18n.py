@@ -388,7 +388,9 @@ def _out_dir(out: Path) -> Path:
     path = out.resolve()
     if path == ROOT or path in ROOT.parents:
         got = "the repository" if path == ROOT else f"which holds the repository {ROOT}"
-    elif path.exists() and not path.is_dir():
+    elif ROOT in path.parents and (ROOT / "_build") not in [path, *path.parents]:
+        got = "inside the repository but not under _build/ (the build copies its sources)"
+    elif any(p.exists() and not p.is_dir() for p in [path, *path.parents]):
         got = "not a directory"
     elif path.is_dir() and any(path.iterdir()) and (not (path / MARKER).is_file()
                                                     or (path / ".git").exists()):
