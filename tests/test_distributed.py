@@ -522,7 +522,8 @@ def test_run_processes_names_functions_a_new_process_cannot_import(monkeypatch):
         return rank
 
     for fn in (nested, lambda r, w: r):
-        with pytest.raises(TypeError, match="is defined inside a function or a lambda.*%%writefile"):
+        with pytest.raises(TypeError,
+                           match="is defined inside a function or a lambda.*%%writefile"):
             tlm.run_processes(fn, 2)
     import types
     notebook = types.ModuleType("__main__")  # a kernel's __main__ has no file

@@ -43,9 +43,9 @@ def _check_importable(fn) -> None:
     if interactive or "<" in name or module is None:
         where = "in a notebook" if interactive else "inside a function or a lambda"
         raise TypeError(f"fn {name!r} is defined {where}; a new process imports the "
-                        "function by module and name, so define it at the top level of a "
-                        "module file (in a notebook: a cell starting with %%writefile "
-                        "my_fn.py, then `from my_fn import ...`)")
+                        "function by module and name, so define it at the top level of "
+                        "a module file (in a notebook: a cell starting with "
+                        "%%writefile my_fn.py, then `from my_fn import ...`)")
 
 
 def run_processes(fn, world_size: int = 2, args: tuple = (),
