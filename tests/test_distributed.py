@@ -513,3 +513,22 @@ def test_bfloat16_is_refused_on_a_gpu_without_it(monkeypatch):
         tlm.mixed_precision(torch.device("cuda", 0), "bfloat16")
     autocast, scaler = tlm.mixed_precision(torch.device("cpu"), "float16")
     assert scaler.is_enabled() and autocast.fast_dtype == torch.float16
+
+
+def test_run_processes_names_functions_a_new_process_cannot_import(monkeypatch):
+    """A function from a notebook, a lambda or a nested function cannot be imported by a
+    spawned process: refused before any process starts, saying what to do instead."""
+    def nested(rank, world_size):
+        return rank
+
+    for fn in (nested, lambda r, w: r):
+        with pytest.raises(TypeError,
+                           match="is defined inside a function or a lambda.*%%writefile"):
+            tlm.run_processes(fn, 2)
+    import types
+    notebook = types.ModuleType("__main__")  # a kernel's __main__ has no file
+    monkeypatch.setitem(sys.modules, "__main__", notebook)
+    monkeypatch.setattr(nested, "__module__", "__main__")
+    monkeypatch.setattr(nested, "__qualname__", "nested")
+    with pytest.raises(TypeError, match="'nested' is defined in a notebook; a new process"):
+        tlm.run_processes(nested, 2)

@@ -43,6 +43,31 @@ def test_explicit_positions_and_broadcasting():
     torch.testing.assert_close(shared, rope(x))
 
 
+
+def test_positions_per_sequence_must_keep_the_head_axis():
+    """(batch, seq) positions on a (batch, heads, seq, d_k) input would be lined up with the
+    heads: an error when batch != heads, and head b given sequence b's positions when they
+    are equal. Refused, naming the argument, the expected shape and the one given."""
+    rope = tlm.RotaryPositionalEmbedding(10_000.0, 8, 64)
+    pos = torch.tensor([[7, 9, 11, 40, 63], [0, 1, 2, 3, 4]])
+    for heads in (3, 2):  # batch != heads, batch == heads
+        x = torch.randn(2, heads, 5, 8)
+        message = (rf"token_positions must have shape \(seq,\) or one axis per leading axis "
+                   rf"of x \(2, {heads}, 5, 8\), each of its size or 1, e.g. \(2, 1, 5\) "
+                   rf".*; got \(2, 5\)")
+        with pytest.raises(ValueError, match=message):
+            rope(x, pos)
+        right = rope(x, pos[:, None, :])
+        for b in range(2):
+            torch.testing.assert_close(right[b], rope(x[b], pos[b]))
+    x = torch.randn(2, 3, 5, 8)
+    for bad in (pos[:, None, None, :], torch.arange(5).expand(3, 1, 5)):  # too many, 3 != 2
+        with pytest.raises(ValueError, match="token_positions must have shape"):
+            rope(x, bad)
+    for fine in (torch.arange(5), torch.arange(5)[None, None], pos[:, None].expand(2, 3, 5)):
+        assert rope(x, fine).shape == x.shape
+    assert rope(torch.randn(2, 5, 8), pos).shape == (2, 5, 8)  # (batch, seq, d_k)
+
 def test_relative_position_property():
     rope = tlm.RotaryPositionalEmbedding(10_000.0, 32, 512)
     q, k = torch.randn(32, dtype=torch.float64), torch.randn(32, dtype=torch.float64)

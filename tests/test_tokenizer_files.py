@@ -3,6 +3,7 @@
 import os
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -188,3 +189,23 @@ def test_encode_file_refuses_vocabularies_past_uint16(tmp_path, gpt2):
     (tmp_path / "t.txt").write_text("hi", encoding="utf-8")
     with pytest.raises(ValueError, match="do not fit uint16"):
         tlm.tokenizer_files.encode_file(big, tmp_path / "t.txt", tmp_path / "ids.npy")
+
+
+def test_encode_file_warns_when_a_file_is_one_chunk(tmp_path, monkeypatch):
+    """No special token to cut at: one chunk, one process, every id in memory, and a
+    warning says so; a file cut at special tokens gets none."""
+    monkeypatch.setattr(tlm.tokenizer_files, "ONE_CHUNK_WARNING", 100)
+    tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: EOT.encode()}, [], [EOT])
+    plain = tmp_path / "plain.txt"
+    plain.write_text("the cat sat on the mat. " * 40, encoding="utf-8")
+    with pytest.warns(UserWarning, match="is one chunk, it has no special token"):
+        tlm.tokenizer_files.encode_file(tok, plain, tmp_path / "plain.npy", 2)
+    no_specials = Tokenizer({i: bytes([i]) for i in range(256)}, [])
+    with pytest.warns(UserWarning, match="the tokenizer has no special tokens"):
+        tlm.tokenizer_files.encode_file(no_specials, plain, tmp_path / "plain.npy", 2)
+    cut = tmp_path / "documents.txt"
+    cut.write_text(EOT.join(["the cat sat on the mat. " * 4] * 10), encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        n = tlm.tokenizer_files.encode_file(tok, cut, tmp_path / "documents.npy", 2)
+    assert list(np.load(tmp_path / "documents.npy")) == tok.encode(cut.read_text()) and n

@@ -6,6 +6,7 @@ import contextlib
 import math
 import os
 import re
+import sys
 import tempfile
 import types
 from pathlib import Path
@@ -34,15 +35,30 @@ def _worker(rank, world_size, init_file, backend, fn, args, out_dir):
         dist.destroy_process_group()
 
 
+def _check_importable(fn) -> None:
+    """A new process finds fn by its module and name: refuse what it cannot import."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", "")
+    main = sys.modules.get("__main__")
+    interactive = module == "__main__" and not getattr(main, "__file__", None)
+    if interactive or "<" in name or module is None:
+        where = "in a notebook" if interactive else "inside a function or a lambda"
+        raise TypeError(f"fn {name!r} is defined {where}; a new process imports the "
+                        "function by module and name, so define it at the top level of "
+                        "a module file (in a notebook: a cell starting with "
+                        "%%writefile my_fn.py, then `from my_fn import ...`)")
+
+
 def run_processes(fn, world_size: int = 2, args: tuple = (),
                   backend: str = "gloo") -> list:
     """Run fn(rank, world_size, *args) in world_size new processes joined in one process
     group; return what each rank returned, in rank order. fn must be importable (defined
-    in a module, not in a notebook) and return something torch.save can write."""
+    at the top level of a module file, not in a notebook) and return something
+    torch.save can write."""
     if type(world_size) is not int or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
     if not callable(fn):
         raise TypeError(f"fn must be a function, got {type(fn).__name__}")
+    _check_importable(fn)
     with tempfile.TemporaryDirectory() as tmp:
         meeting_point = str(Path(tmp) / "rendezvous")
         mp.spawn(_worker, nprocs=world_size, join=True,

@@ -52,12 +52,28 @@ class RotaryPositionalEmbedding(nn.Module):
             if token_positions.ndim == 0 or token_positions.shape[-1] != seq:
                 raise ValueError(f"token_positions must have shape (..., seq={seq}), "
                                  f"got {tuple(token_positions.shape)}")
+            _check_position_axes(token_positions, x)
             cos, sin = self.cos[token_positions], self.sin[token_positions]
         wide = x.to(torch.promote_types(x.dtype, torch.float32))
         return _Rotation.apply(wide, cos, sin).to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"
+
+
+def _check_position_axes(token_positions: Tensor, x: Tensor) -> None:
+    """Positions (seq,) serve every vector; else one axis per leading axis of x, each of
+    x's size or 1. Fewer axes, as (batch, seq) for x (batch, heads, seq, d_k), would be
+    lined up with x's last leading axes (the heads): refused, unless all of size 1."""
+    lead, batch = tuple(token_positions.shape[:-1]), tuple(x.shape[:-2])
+    fits = len(lead) == len(batch) and all(p in (1, b) for p, b in zip(lead, batch))
+    if not (fits or all(p == 1 for p in lead) and len(lead) <= len(batch)):
+        example = (*batch[:1], *(1 for _ in batch[1:]), x.shape[-2])
+        raise ValueError(
+            f"token_positions must have shape (seq,) or one axis per leading axis of x "
+            f"{tuple(x.shape)}, each of its size or 1, e.g. {example} for one row per "
+            f"{'sequence, shared by the heads' if len(batch) > 1 else 'sequence'}; "
+            f"got {tuple(token_positions.shape)}")
 
 
 def _rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
