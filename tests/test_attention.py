@@ -1,4 +1,5 @@
 import math
+import re
 
 import pytest
 import torch
@@ -87,6 +88,31 @@ def test_mha_token_positions_per_batch_and_shared():
     torch.testing.assert_close(m(x, torch.arange(10)), m(x), rtol=0, atol=0)
     # shifting all positions by a constant leaves attention scores, hence outputs, unchanged
     torch.testing.assert_close(m(x, torch.arange(10) + 13), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_mha_token_positions_with_several_batch_axes():
+    """Positions (..., seq) line up with x's (..., seq) from the right, however many batch
+    axes x has: (2, 12) serves x (3, 2, 12, d_model) as it would without the heads. Shapes
+    that do not fit are refused naming the shapes the caller gave."""
+    m = tlm.MultiHeadSelfAttention(32, 4, max_seq_len=16, theta=10_000.0)
+    x = torch.randn(3, 2, 12, 32)
+    pos = torch.stack([torch.arange(12), torch.arange(12) + 4])  # a row for each x[:, j]
+    out = m(x, pos)
+    for i in range(3):
+        for j in range(2):
+            torch.testing.assert_close(out[i, j], m(x[i, j], pos[j]), rtol=1e-5, atol=1e-6)
+    for same in (pos.expand(3, 2, 12), pos[None]):
+        torch.testing.assert_close(m(x, same), out, rtol=0, atol=0)
+    torch.testing.assert_close(m(x, pos[:1]), m(x, torch.arange(12)), rtol=0, atol=0)
+    block = tlm.TransformerBlock(32, 4, 64, 16, 10_000.0)
+    torch.testing.assert_close(block(x, pos)[1, 1], block(x[1, 1], pos[1]),
+                               rtol=1e-5, atol=1e-6)
+    for bad in (torch.arange(12).expand(3, 12), torch.arange(12).expand(4, 3, 2, 12),
+                torch.arange(11)):
+        message = (r"token_positions must have shape \(\.\.\., seq=12\) fitting x's "
+                   rf"leading axes \(3, 2, 12\).*; got {re.escape(str(tuple(bad.shape)))}")
+        with pytest.raises(ValueError, match=message):
+            m(x, bad)
 
 
 def test_mha_causal_no_leakage():

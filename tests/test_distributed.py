@@ -530,5 +530,6 @@ def test_run_processes_names_functions_a_new_process_cannot_import(monkeypatch):
     monkeypatch.setitem(sys.modules, "__main__", notebook)
     monkeypatch.setattr(nested, "__module__", "__main__")
     monkeypatch.setattr(nested, "__qualname__", "nested")
-    with pytest.raises(TypeError, match="'nested' is defined in a notebook; a new process"):
+    with pytest.raises(TypeError, match=r"'nested' is defined interactively "
+                                        r"\(a notebook or the REPL\); a new process"):
         tlm.run_processes(nested, 2)

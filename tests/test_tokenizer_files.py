@@ -209,3 +209,21 @@ def test_encode_file_warns_when_a_file_is_one_chunk(tmp_path, monkeypatch):
         warnings.simplefilter("error")
         n = tlm.tokenizer_files.encode_file(tok, cut, tmp_path / "documents.npy", 2)
     assert list(np.load(tmp_path / "documents.npy")) == tok.encode(cut.read_text()) and n
+
+
+def test_encode_file_one_chunk_with_special_tokens_only_at_its_start(tmp_path, monkeypatch):
+    """Special tokens only before the first place a cut is looked for leave one chunk, and
+    the warning does not say the file has none; the file is scanned for cuts once."""
+    monkeypatch.setattr(tlm.tokenizer_files, "ONE_CHUNK_WARNING", 100)
+    scans = []
+    scan = tlm.tokenizer.chunk_boundaries
+    monkeypatch.setattr(tlm.tokenizer, "chunk_boundaries",
+                        lambda *a, **k: scans.append(a) or scan(*a, **k))
+    tok = Tokenizer({i: bytes([i]) for i in range(256)} | {256: EOT.encode()}, [], [EOT])
+    early = tmp_path / "early.txt"
+    early.write_text("a" + EOT + "the cat sat on the mat. " * 40, encoding="utf-8")
+    with pytest.warns(UserWarning, match=r"is one chunk, it has no special token "
+                                         r"\['<\|endoftext\|>'\] past its start to cut at"):
+        n = tlm.tokenizer_files.encode_file(tok, early, tmp_path / "early.npy", 2)
+    assert list(np.load(tmp_path / "early.npy")) == tok.encode(early.read_text()) and n
+    assert len(scans) == 1

@@ -148,7 +148,7 @@ class MultiHeadSelfAttention(nn.Module):
             if token_positions is not None:
                 _check_index_tensor("token_positions", token_positions,
                                     self.rope.max_seq_len, "max_seq_len")
-                token_positions = token_positions.unsqueeze(-2)  # same for all heads
+                token_positions = _positions_for_heads(token_positions, x)
             q, k = self.rope(q, token_positions), self.rope(k, token_positions)
         return q, k, v
 
@@ -189,3 +189,16 @@ class MultiHeadSelfAttention(nn.Module):
             extra += ", qk_norm=True"
         return (f"d_model={self.d_model}, num_heads={self.num_heads}{extra}, "
                 f"attn_implementation={self.attn_implementation!r}")
+
+
+def _positions_for_heads(token_positions: Tensor, x: Tensor) -> Tensor:
+    """Positions (..., T) lined up with x's (..., T) from the right, as broadcasting
+    does, padded to one axis per leading axis of x, then a 1 for the heads."""
+    lead, shape = tuple(x.shape[:-1]), tuple(token_positions.shape)
+    if (not 0 < len(shape) <= len(lead) or shape[-1] != lead[-1]
+            or any(p not in (1, s) for p, s in zip(shape[::-1], lead[::-1]))):
+        raise ValueError(f"token_positions must have shape (..., seq={lead[-1]}) "
+                         f"fitting x's leading axes {lead} from the right, each axis "
+                         f"of x's size or 1; got {shape}")
+    padded = token_positions.reshape((1,) * (len(lead) - len(shape)) + shape)
+    return padded.unsqueeze(-2)  # (..., 1, T): the same positions for every head

@@ -41,7 +41,8 @@ def _check_importable(fn) -> None:
     main = sys.modules.get("__main__")
     interactive = module == "__main__" and not getattr(main, "__file__", None)
     if interactive or "<" in name or module is None:
-        where = "in a notebook" if interactive else "inside a function or a lambda"
+        where = ("interactively (a notebook or the REPL)" if interactive
+                 else "inside a function or a lambda")
         raise TypeError(f"fn {name!r} is defined {where}; a new process imports the "
                         "function by module and name, so define it at the top level of "
                         "a module file (in a notebook: a cell starting with "

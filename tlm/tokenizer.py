@@ -156,14 +156,23 @@ def _next_sure_match(f, at: int, starts, longest: int) -> int | None:
         at = base + last + 1
 
 
-def _over_chunks(path, special_tokens: list[str], num_processes, worker, extra=(),
-                 initializer=None, initargs=(), desc="", progress=False) -> Iterator:
-    """worker((path, start, end, *extra)) for each chunk of a file cut at special
-    tokens, in file order; in worker processes when there are several of both."""
+def _chunk_bounds(path, special_tokens: list[str], num_processes) -> list[int]:
+    """Where _over_chunks cuts a file: about 4 chunks per process, at special tokens."""
     n = num_processes if num_processes is not None else (os.cpu_count() or 1)
     specials = [t.encode("utf-8") for t in special_tokens]
-    bounds = chunk_boundaries(path, max(1, 4 * n), specials[0] if specials else b"",
-                              specials)
+    return chunk_boundaries(path, max(1, 4 * n), specials[0] if specials else b"",
+                            specials)
+
+
+def _over_chunks(path, special_tokens: list[str], num_processes, worker, extra=(),
+                 initializer=None, initargs=(), desc="", progress=False,
+                 bounds: list[int] | None = None) -> Iterator:
+    """worker((path, start, end, *extra)) for each chunk of a file cut at special
+    tokens (at `bounds`, if the caller has them from _chunk_bounds), in file order; in
+    worker processes when there are several of both."""
+    n = num_processes if num_processes is not None else (os.cpu_count() or 1)
+    if bounds is None:
+        bounds = _chunk_bounds(path, special_tokens, num_processes)
     jobs = [(str(path), s, e, *extra) for s, e in zip(bounds, bounds[1:]) if e > s]
     with _progress(len(jobs), desc, progress) as bar:
         if n <= 1 or len(jobs) <= 1:

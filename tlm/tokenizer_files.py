@@ -5,14 +5,13 @@ __all__ = ['read_vocab', 'read_merges', 'write_vocab', 'write_merges', 'load_tik
 import base64
 import binascii
 import json
-import os
 import sys
 import warnings
 from array import array
 from pathlib import Path
 
-from tlm.tokenizer import (WHISPER, Tokenizer, _over_chunks, _read_text,
-                           chunk_boundaries, package_data_path)
+from tlm.tokenizer import (WHISPER, Tokenizer, _chunk_bounds, _over_chunks, _read_text,
+                           package_data_path)
 from tlm.utils import _replace_atomically
 
 
@@ -166,8 +165,9 @@ def encode_file(tokenizer: Tokenizer, input_path, output_path,
                 num_processes: int | None = None, progress: bool = False) -> int:
     """Encode a UTF-8 text file into a uint16 .npy array (np.load(..., mmap_mode="r")
     reads it without loading it), in parallel over chunks cut at special tokens; a
-    file with none is one chunk, encoded in one process and held in memory (with a
-    warning past ONE_CHUNK_WARNING bytes). The file appears only when complete.
+    file with none past its start is one chunk, encoded in one process and held in
+    memory (with a warning past ONE_CHUNK_WARNING bytes). The file appears only when
+    complete.
     Returns the number of tokens."""
     if max(tokenizer.vocab) >= 2**16:
         raise ValueError(f"ids up to {max(tokenizer.vocab)} do not fit uint16 "
@@ -175,14 +175,15 @@ def encode_file(tokenizer: Tokenizer, input_path, output_path,
     src, out = Path(input_path), Path(output_path)
     if not src.is_file():
         raise ValueError(f"input_path {str(src)!r} is not a file")
-    _warn_if_one_chunk(src, tokenizer.special_tokens, num_processes)
+    bounds = _chunk_bounds(src, tokenizer.special_tokens, num_processes)
+    _warn_if_one_chunk(src, bounds, tokenizer.special_tokens)
     args = (tokenizer.vocab, tokenizer.merges, tokenizer.special_tokens)
     count = 0
     with _replace_atomically(out) as f:
         f.write(_npy_header(0))  # the length is known at the end
         for part in _over_chunks(src, tokenizer.special_tokens, num_processes,
                                  _encode_chunk, initializer=_init_worker, initargs=args,
-                                 desc="encoding", progress=progress):
+                                 desc="encoding", progress=progress, bounds=bounds):
             f.write(part)
             count += len(part) // 2
         f.seek(0)
@@ -190,18 +191,13 @@ def encode_file(tokenizer: Tokenizer, input_path, output_path,
     return count
 
 
-def _warn_if_one_chunk(src: Path, special_tokens: list[str], num_processes) -> None:
-    """Warn when a file past ONE_CHUNK_WARNING bytes has no place to cut: the chunks
-    are those _over_chunks makes (4 per process, cut at special tokens)."""
-    if src.stat().st_size <= ONE_CHUNK_WARNING:
+def _warn_if_one_chunk(src: Path, bounds: list[int], special_tokens: list[str]) -> None:
+    """Warn when a file past ONE_CHUNK_WARNING bytes has no place to cut: `bounds` are
+    the chunks' from _chunk_bounds (4 per process, cut at special tokens)."""
+    if len(bounds) > 2 or src.stat().st_size <= ONE_CHUNK_WARNING:
         return
-    n = num_processes if num_processes is not None else (os.cpu_count() or 1)
-    specials = [t.encode("utf-8") for t in special_tokens]
-    if len(chunk_boundaries(src, max(1, 4 * n), specials[0] if specials else b"",
-                            specials)) > 2:
-        return
-    where = (f"it has no special token {special_tokens} to cut at" if special_tokens
-             else "the tokenizer has no special tokens to cut at")
+    where = (f"it has no special token {special_tokens} past its start to cut at"
+             if special_tokens else "the tokenizer has no special tokens to cut at")
     warnings.warn(f"{src} is one chunk, {where}: one process encodes it and holds all "
                   "its ids in memory (separate documents with a special token such as "
                   "'<|endoftext|>')", stacklevel=3)
