@@ -216,10 +216,10 @@ DATA_INSTALL = '''
                     {packages}], check=True)'''
 NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
             "20_architectures.ipynb",
-            "21_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
+            "22_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
-              "22_tokenizer_files.ipynb",
-              "18_writing.ipynb", "21_cli.ipynb"}
+              "23_tokenizer_files.ipynb",
+              "18_writing.ipynb", "22_cli.ipynb"}
 
 
 def data_packages() -> list[str]:
