@@ -1,5 +1,6 @@
 """The exporter: in sync on a clean tree, loud on a hand edit and on notebooks it cannot export."""
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -70,3 +71,51 @@ def test_export_fails_loudly(tree, sources, message):
     result = run_export(tree)
     assert result.returncode == 2
     assert "99_bad.ipynb" in result.stderr and message in result.stderr
+
+
+def _imports_of_tlm(path: Path) -> set[str]:
+    """The tlm modules a module imports, at its top or inside a function."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [f"tlm.{node.module}"] if node.module else []
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        else:
+            continue
+        found |= {n.split(".")[1] for n in names if n.startswith("tlm.")}
+    return found
+
+
+def test_no_module_of_tlm_imports_one_that_imports_it():
+    """The package reads in chapter order: a chain of imports never comes back to where
+    it started (an import inside a function counts too)."""
+    graph = {p.stem: _imports_of_tlm(p) for p in (ROOT / "tlm").glob("*.py")
+             if p.stem not in ("__init__", "__main__")}
+    def reaches(start, goal, seen=()):
+        return any(n == goal or (n not in seen and reaches(n, goal, (*seen, n)))
+                   for n in graph.get(start, ()))
+    cycles = sorted(m for m in graph if reaches(m, m))
+    assert not cycles, f"modules on an import cycle: {cycles}"
+    assert "distributed" not in graph["train"]  # the loop names a runtime, not DDP
+
+
+def test_the_cycle_check_finds_a_lazy_import(tmp_path):
+    (tmp_path / "a.py").write_text("from tlm.b import f\n")
+    (tmp_path / "b.py").write_text("def f():\n    from tlm.a import g\n")
+    assert _imports_of_tlm(tmp_path / "a.py") == {"b"}
+    assert _imports_of_tlm(tmp_path / "b.py") == {"a"}
+
+
+def test_every_function_of_tlm_fits_a_screen():
+    """No function or method of the package is longer than 80 lines."""
+    long = []
+    for path in (ROOT / "tlm").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > 80:
+                    long.append(f"{path.name}:{node.name} ({lines} lines)")
+    assert not long, long

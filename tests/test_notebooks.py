@@ -353,6 +353,18 @@ def _title(entry):
 def test_chapter_files_are_numbered_in_reading_order():
     numbered = [f for f in _toc_files() if re.fullmatch(r"chapters/\d\d_\w+", f)]
     assert numbered == sorted(numbered), f"_toc.yml reads the chapters out of file order: {numbered}"
+    numbers = [f.split("/")[1][:2] for f in numbered]
+    assert len(set(numbers)) == len(numbers), f"two chapters share a number: {numbered}"
+
+
+def test_the_training_chapter_names_no_distributed_or_precision_machinery():
+    """Chapter 17's loop calls a runtime; what it runs on many processes or in 16 bits is
+    written where it is taught (21_distributed)."""
+    nb = nbformat.read(ROOT / "chapters/17_text_training.ipynb", as_version=4)
+    for cell in nb.cells:
+        for word in ("fully_shard", "dist.", "GradScaler", "DistributedDataParallel",
+                     "no_sync", "all_reduce", "torch.autocast", "torch.amp"):
+            assert word not in cell.source, (cell.id, word)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
