@@ -14,7 +14,8 @@ import regex
 import tlm
 from tlm.tokenizer import (GPT2_PATTERN, Tokenizer, chunk_boundaries, package_data_path,
                            train_bpe)
-from tlm.tokenizer_files import CHAR_TO_BYTE, load_tiktoken_ranks, read_vocab, write_vocab
+from tlm.tokenizer import CHAR_TO_BYTE, read_vocab, write_vocab
+from tlm.tokenizer_files import load_tiktoken_ranks
 
 tiktoken = pytest.importorskip("tiktoken", reason="tiktoken is pinned in requirements.txt")
 EOT = "<|endoftext|>"

@@ -10,8 +10,8 @@ import pytest
 
 import tlm
 from tlm.tokenizer import Tokenizer, package_data_path, train_bpe
-from tlm.tokenizer_files import (BYTE_TO_CHAR, load_tiktoken_ranks, merges_from_ranks,
-                                 read_merges, read_vocab, write_merges, write_vocab)
+from tlm.tokenizer import BYTE_TO_CHAR, read_merges, read_vocab, write_merges, write_vocab
+from tlm.tokenizer_files import load_tiktoken_ranks, merges_from_ranks
 
 EOT = "<|endoftext|>"
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 import tlm
-from tlm.tokenizer_files import write_merges, write_vocab
+from tlm.tokenizer import write_merges, write_vocab
 from tlm.cli import main
 from tlm.train import (HELD_OUT, evaluate, get_batch, play_text, shakespeare_splits,
                        token_bytes, train_model)

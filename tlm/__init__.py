@@ -13,11 +13,11 @@ from .block import TransformerBlock
 from .model import HandoutTransformerLM, TransformerLM, strip_compile_prefix
 from .hf import qk_row_permutation, hf_config, to_hf, from_hf, to_hf_llama, from_hf_llama
 from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes, kv_cache_bytes, peak_flops
-from .tokenizer import split_on_special_tokens, chunk_boundaries, train_bpe, package_data_path, Tokenizer
+from .tokenizer import split_on_special_tokens, chunk_boundaries, train_bpe, package_data_path, Tokenizer, read_vocab, read_merges, write_vocab, write_merges
 from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule, gradient_clipping, adamw_memory_bytes, adamw_step_flops, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
 from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate
 from .train import play_text, shakespeare_splits, write_shakespeare, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, check_config, load_tokens, Runtime, train_model, CompileCheckError, plot_log, load_run, param_groups
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .distributed import run_processes, DDP, ShardedOptimizer, FSDP, join_from_environment, mixed_precision, DistributedRuntime
-from .tokenizer_files import read_vocab, read_merges, write_vocab, write_merges, load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file
+from .tokenizer_files import load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file
 from .utils import get_device, saved_tensor_bytes, time_alternating, draw_diagram

@@ -20,8 +20,9 @@ import torch
 import torch.distributed as dist
 
 from tlm.generation import generate
-from tlm.tokenizer import IAMBIC, WHISPER, Tokenizer, train_bpe
-from tlm.tokenizer_files import encode_file, read_vocab, write_merges, write_vocab
+from tlm.tokenizer import (IAMBIC, WHISPER, Tokenizer, read_vocab, train_bpe,
+                           write_merges, write_vocab)
+from tlm.tokenizer_files import encode_file
 from tlm.train import (ABLATIONS, DECAY, DTYPES, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
                        RUN_OPTIONS, SEEDS, SHAKESPEARE_MODEL, CompileCheckError,
                        _device, _run_state, load_run, prepare_shakespeare, train_model)

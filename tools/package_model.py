@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from tlm.tokenizer_files import read_vocab
+from tlm.tokenizer import read_vocab
 from tlm.train import (MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS, _run_state,
                        evaluate, load_run, token_bytes)
 from tlm.training import _read_checkpoint
