@@ -266,13 +266,29 @@ _WIDE = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 SOFT_BREAK = re.compile(f"[{_WIDE}]\n[{_WIDE}]")
 
 
+# An English term may follow its Chinese rendering once, in parentheses: 广播（broadcast）.
+GLOSS = re.compile(f"(?<=[{_WIDE}*])（[ -~]+?）")
+
+
 def glossary_problems(md: str, terms: list[dict]) -> list[str]:
+    """The glossary's `avoid` renderings in a translation's prose (code and math aside).
+
+    An English `avoid` word (a verb such as "broadcast", a noun such as "rank") is refused
+    in the Chinese prose where the glossary names a Chinese term for it, except as the gloss
+    in parentheses right after the Chinese term.
+    """
     text = _prose(md)
+    glossed = GLOSS.sub(" ", text)
     found = []
     for term in terms:
         for bad in term.get("avoid", []):
-            pattern = (rf"(?i)\b{re.escape(bad)}\b" if bad.isascii() else re.escape(bad))
-            if re.search(pattern, text):
+            if bad.isascii():
+                hit = re.search(rf"(?i)(?<![\w-]){re.escape(bad)}(?![\w-])", glossed)
+                if hit:
+                    found.append(f"'{term['en']}' is '{term['zh']}' here, not the English "
+                                 f"'{hit.group()}' (it may follow the Chinese once, in "
+                                 f"parentheses: {term['zh']}（{term['en']}）)")
+            elif bad in text:
                 found.append(f"'{term['en']}' is '{term['zh']}' here, not '{bad}'")
     return found
 
