@@ -287,7 +287,7 @@ def glossary_problems(md: str, terms: list[dict]) -> list[str]:
                 if hit:
                     found.append(f"'{term['en']}' is '{term['zh']}' here, not the English "
                                  f"'{hit.group()}' (it may follow the Chinese once, in "
-                                 f"parentheses: {term['zh']}（{term['en']}）)")
+                                 f"parentheses: {term['zh']}（{bad}）)")
             elif bad in text:
                 found.append(f"'{term['en']}' is '{term['zh']}' here, not '{bad}'")
     return found
