@@ -128,6 +128,24 @@ def english_cells(path: Path) -> list[tuple[str, str]]:
             if c["cell_type"] == "markdown"]
 
 
+def headings(path: Path) -> list[str]:
+    """The plain text of a page's section headings, in order (not those inside a directive)."""
+    text = (path.read_text("utf-8") if path.suffix == ".md" else
+            "\n\n".join(source for _, source in english_cells(path)))
+    found, directive = [], 0
+    for line, inside in zip(text.split("\n"), _fences(text)):
+        if inside:
+            continue
+        if re.match(r"^:{3,}\{", line):
+            directive += 1
+        elif re.match(r"^:{3,}\s*$", line):
+            directive -= 1
+        elif directive == 0 and re.match(r"^#{1,6} ", line):
+            plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line.lstrip("#").strip())
+            found.append(re.sub(r"[`$*']", "", plain))  # ' becomes ’, which an id drops
+    return found
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
@@ -370,6 +388,7 @@ def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+ANCHORS = "section_anchors.json"  # in the Chinese book: each page's English headings
 MARKER = ".i18n-build"  # in OUT: an earlier build, which the next one may replace
 
 
@@ -438,9 +457,17 @@ def _write_book(out: Path, books: dict[str, list[tuple[str, str]]]) -> None:
     (out / "_toc.yml").write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False),
                                   encoding="utf-8")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config["title"], config["author"] = settings["title"], settings["author"]
+    for key in ("title", "author", "copyright"):
+        config[key] = settings[key]
+    config["html"]["extra_footer"] = settings["footer"]
     config["sphinx"]["config"].update(settings["sphinx"])
-    config["sphinx"]["local_extensions"] = {"edition_link": str(ROOT / "tools")}
+    extensions = config["sphinx"]["local_extensions"]  # edition_link, anchors
+    config["sphinx"]["local_extensions"] = {name: str(ROOT / "tools") for name in extensions}
+    anchors = {str(path.relative_to(ROOT).with_suffix("")): headings(path)
+               for path in pages().values()}
+    (out / ANCHORS).write_text(json.dumps(anchors, ensure_ascii=False, indent=1) + "\n",
+                               encoding="utf-8")
+    config["sphinx"]["config"]["section_anchors"] = ANCHORS
     (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True,
                                                     sort_keys=False), encoding="utf-8")
     for name in ("references.bib", "_static"):
