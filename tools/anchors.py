@@ -10,9 +10,10 @@ English book takes the headings from its own sections; `tools/i18n.py build` wri
 book's `section_anchors` (a JSON file beside its `_config.yml`: page -> the English headings'
 plain text, in order).
 
-A browser may break a line between inline math and the Chinese punctuation after it, which then
-starts the next line; the math and that character are wrapped in `<span class="nowrap">`
-(`_static/tlm.css`).
+A browser may break a line between inline math, code, a link or a citation and the Chinese
+punctuation after it, which then starts the next line; a word joiner (U+2060, invisible)
+between them forbids that break, and math, which MathJax draws as one box, goes with the
+punctuation into a `<span class="nowrap">` (`_static/tlm.css`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 PUNCTUATION = "，。；：、）！？」』】》…—"
+WORD_JOINER = "\u2060"  # no line break on either side
+# what may stand before the punctuation: math, code, a link or a citation, emphasis
+INLINE = (nodes.math, nodes.literal, nodes.reference, nodes.inline, nodes.emphasis,
+          nodes.strong)
 
 
 def anchor(heading: str) -> str:
@@ -69,16 +74,21 @@ def _anchors(app, doctree) -> None:
 
 
 def _no_break_before_punctuation(app, doctree) -> None:
-    for math in list(doctree.findall(nodes.math)):
-        parent = math.parent
-        at = parent.index(math)
+    for node in list(doctree.findall(lambda n: isinstance(n, INLINE))):
+        parent = node.parent
+        at = parent.index(node)
         after = parent[at + 1] if at + 1 < len(parent) else None
         if not isinstance(after, nodes.Text) or after.astext()[:1] not in PUNCTUATION:
             continue
         text = after.astext()
+        if not isinstance(node, nodes.math):
+            parent[at + 1] = nodes.Text(WORD_JOINER + text)
+            continue
+        # MathJax draws math as one box, which a word joiner does not hold to the next
+        # character: the math and the punctuation go into one span that does not wrap
         wrap = nodes.inline("", "", classes=["nowrap"])
         parent[at] = wrap
-        wrap += math
+        wrap += node
         wrap += nodes.Text(text[0])
         if len(text) > 1:
             parent[at + 1] = nodes.Text(text[1:])
