@@ -349,3 +349,88 @@ def test_a_cell_id_twice_in_a_catalog_is_malformed_and_skeleton_keeps_it(checkou
     before = catalog.read_bytes()
     _refused(["skeleton", "05_rmsnorm"], "duplicate key")
     assert catalog.read_bytes() == before
+
+
+# --- the rendered pages: section anchors and line breaks (tools/anchors.py) ---------------------
+
+import anchors  # noqa: E402
+from docutils import nodes  # noqa: E402
+from docutils.frontend import get_default_settings  # noqa: E402
+from docutils.utils import new_document  # noqa: E402
+
+
+def _page(*titles):
+    """A document with one section per title, its ids as docutils made them (`id1`, ...)."""
+    doc = new_document("page", get_default_settings())
+    for i, title in enumerate(titles, 1):
+        section = nodes.section(ids=[f"id{i}"], names=[title])
+        section += nodes.title(title, title)
+        doc += section
+        doc.ids[f"id{i}"] = section
+        doc.nameids[title] = f"id{i}"
+    return doc
+
+
+def _app(tmp_path, headings=None):
+    if headings is not None:
+        (tmp_path / "anchors.json").write_text(json.dumps({"page": headings}), "utf-8")
+    return SimpleNamespace(srcdir=str(tmp_path), env=SimpleNamespace(docname="page"),
+                           config=SimpleNamespace(
+                               section_anchors="anchors.json" if headings is not None else ""))
+
+
+def test_chinese_sections_take_the_english_anchors_and_keep_their_labels(tmp_path):
+    english = tmp_path / "page.md"
+    english.write_text("# Training on many devices\n\n## Code: the handout's version\n\n"
+                       ":::{admonition} Solution\n## Not a section\n:::\n\n"
+                       "## Code: the handout's version\n", encoding="utf-8")
+    doc = _page("多设备训练", "代码：讲义的版本", "代码：讲义的版本")
+    doc[1]["ids"].append("sec-label")  # an explicit label, `(sec-label)=`
+    anchors._anchors(_app(tmp_path, i18n.headings(english)), doc)
+    assert [s["ids"] for s in doc.findall(nodes.section)] == [
+        ["training-on-many-devices"], ["code-the-handouts-version", "sec-label"],
+        ["code-the-handouts-version-2"]]
+    assert doc.nameids["多设备训练"] == "training-on-many-devices" and "id1" not in doc.ids
+
+
+def test_english_sections_get_the_same_anchors_from_their_titles(tmp_path):
+    doc = _page("Training on many devices", "Code: the handout’s version",
+                "Code: the handout’s version")  # smart quotes, as Sphinx gives them
+    anchors._anchors(_app(tmp_path), doc)
+    assert [s["ids"] for s in doc.findall(nodes.section)] == [
+        ["training-on-many-devices"], ["code-the-handouts-version"],
+        ["code-the-handouts-version-2"]]
+
+
+def test_a_page_whose_sections_do_not_match_the_english_headings_is_left_alone(tmp_path,
+                                                                                  caplog):
+    doc = _page("多设备训练")
+    anchors._anchors(_app(tmp_path, ["A", "B"]), doc)  # a warning: `make book-zh` fails (-W)
+    assert "1 sections but 2 English headings" in caplog.text
+    assert doc[0]["ids"] == ["id1"]
+
+
+def test_no_line_starts_with_the_punctuation_after_math_or_code():
+    doc = new_document("page", get_default_settings())
+    paragraph = nodes.paragraph()
+    paragraph += [nodes.Text("见 "), nodes.math("x", "x"), nodes.Text("，然后 "),
+                  nodes.literal("f", "f"), nodes.Text("。"), nodes.math("y", "y"),
+                  nodes.Text(" 不变")]
+    doc += paragraph
+    anchors._no_break_before_punctuation(None, doc)
+    wrap = paragraph[1]
+    assert isinstance(wrap, nodes.inline) and wrap["classes"] == ["nowrap"]
+    assert isinstance(wrap[0], nodes.math) and wrap[1].astext() == "，"
+    assert paragraph[2].astext() == "然后 " and paragraph[4].astext() == "\u2060。"
+    assert isinstance(paragraph[5], nodes.math) and paragraph[6].astext() == " 不变"
+
+
+def test_the_chinese_book_has_the_english_headings_of_every_page(built):
+    found = json.loads((built / i18n.ANCHORS).read_text(encoding="utf-8"))
+    config = yaml.safe_load((built / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["config"]["section_anchors"] == i18n.ANCHORS
+    assert set(config["sphinx"]["local_extensions"]) == {"edition_link", "anchors"}
+    for path in PAGES.values():
+        page = str(path.relative_to(ROOT).with_suffix(""))
+        chinese = i18n.headings(built / path.relative_to(ROOT))
+        assert found[page] == i18n.headings(path) and len(chinese) == len(found[page]), page
