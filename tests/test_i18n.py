@@ -434,3 +434,47 @@ def test_the_chinese_book_has_the_english_headings_of_every_page(built):
         page = str(path.relative_to(ROOT).with_suffix(""))
         chinese = i18n.headings(built / path.relative_to(ROOT))
         assert found[page] == i18n.headings(path) and len(chinese) == len(found[page]), page
+
+
+# --- README.zh-CN.md: a summary, labelled as one, that drops no caveat ----------------------------
+
+# Each caveat of README.md (as it reads there) and the words that carry it in README.zh-CN.md.
+CAVEATS = [
+    ("The nccl path has not yet run on a GPU here.", "nccl 路径还没有在 GPU 上运行过"),
+    ("Two processes on this machine's CPU (`--device cpu`) log the same losses as one process "
+     "with twice the micro-batches", "记录的损失与使用两倍微批量的单个进程相同"),
+    ("bit for bit on a CPU (with the same number of threads), and on a GPU only with "
+     "`--deterministic`", "在 GPU 上只有加 `--deterministic` 才逐位一致"),
+    ("`torch>=2.11,<2.14`, and `tlm doctor` warns outside it", "`tlm doctor` 在范围之外会给出警告"),
+    ("(PyTorch issue 180642)", "（PyTorch issue 180642）"),
+    ("cells marked `# NBVAL_IGNORE_OUTPUT` (timings, versions, training losses) are not "
+     "compared", "标有 `# NBVAL_IGNORE_OUTPUT` 的单元格（用时、版本、训练损失）不做比较"),
+    ("its speed changes by the hour, by up to a factor of two", "每小时都会变化"),
+    ("for example (one run here)", "只是一次运行的输出"),
+    ("it needs `pip install playwright` and a Chromium, which `make test` does not, and for the "
+     "Chinese edition a CJK font", "需要 `make test` 不安装的东西"),
+]
+
+
+def _flat_text(path):
+    """A file's text with runs of white space, and a shell line's continuation, as one space."""
+    return " ".join(path.read_text(encoding="utf-8").replace("\\\n", " ").split())
+
+
+def test_the_chinese_readme_is_a_labelled_summary_that_keeps_every_caveat():
+    english, chinese = _flat_text(ROOT / "README.md"), _flat_text(ROOT / "README.zh-CN.md")
+    assert "这是英文 README 的摘要，不是全文翻译" in chinese and "](README.md)" in chinese
+    for en, zh in CAVEATS:
+        assert en in english, f"README.md no longer says {en!r}: update README.zh-CN.md and this"
+        assert zh in chinese, f"README.zh-CN.md lacks the caveat {en!r}"
+
+
+def test_the_chinese_readme_shows_only_commands_the_english_one_has():
+    english = _flat_text(ROOT / "README.md")
+    chinese = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", chinese, re.S)
+    commands = [" ".join(line.split("#")[0].split()) for block in blocks
+                for line in block.rstrip("\n").replace("\\\n", " ").split("\n")]
+    assert len(commands) >= 10
+    for command in commands:
+        assert command in english, command
