@@ -116,7 +116,7 @@ def test_a_faithful_translation_passes(one_cell):
     ("层的损失", "层的奈特损失", "'nat (unit of information)' is '纳特'"),
     ("层的损失", "层在 rank 0 上的损失", "'rank (of a process)' is '进程编号'"),
     ("层的损失", "层的损失 all-reduce 一次", "'all-reduce' is '全规约'"),
-    ("层的损失", "层的 Broadcast 损失", "'broadcast' is '广播'"),
+    ("层的损失", "层的 Broadcast 损失", "the collective)' is '广播'"),
 ])
 def test_a_translation_that_loses_structure_or_the_glossary_is_refused(one_cell, old, new,
                                                                         kind):
@@ -131,7 +131,8 @@ def test_an_english_term_may_stand_as_a_gloss_or_in_code_and_math_only():
     assert i18n.glossary_problems(glossed, TERMS) == []
     mixed = "先把 rank 0 的权重 broadcast 一次，再 gather 一次（all-reduce 之后）。"
     found = i18n.glossary_problems(mixed, TERMS)
-    assert [m.split("'")[1] for m in found] == ["rank (of a process)", "broadcast", "all-reduce",
+    assert [m.split("'")[1] for m in found] == ["rank (of a process)",
+                                                "broadcast (shapes; the collective)", "all-reduce",
                                                 "gather"], found
 
 
@@ -139,7 +140,8 @@ def test_the_glossary_terms_the_chinese_edition_chose_once():
     zh = {t["en"]: t for t in TERMS}
     for en, chosen in [("nat (unit of information)", "纳特"), ("play (of Shakespeare)", "剧作"),
                        ("plain (the simplest version)", "朴素"), ("head size", "头维度"),
-                       ("rank (of a process)", "进程编号"), ("broadcast", "广播"),
+                       ("rank (of a process)", "进程编号"),
+                       ("broadcast (shapes; the collective)", "广播"),
                        ("all-reduce", "全规约"), ("reduce-scatter", "规约散射"),
                        ("all-gather", "全收集"), ("written whole (atomically)", "原子写入"),
                        ("rank (tiktoken's, of a merge)", "合并优先级")]:
