@@ -9,8 +9,11 @@ page's stem), mapping each English Markdown cell's id to
 
 A Markdown page (`intro.md`, ...) is split into cells: each heading, paragraph and table row;
 a cell's id is the slug of its first words. `i18n/zh_CN/glossary.yml` fixes one rendering per
-term; `i18n/zh_CN.yml` holds what is not a page (the book's title, the part captions, the note
-on the Chinese intro, the links between the editions).
+term and lists the renderings to avoid, English words among them (rank, broadcast), which the
+Chinese prose may use only as a gloss in parentheses after the Chinese term; `i18n/zh_CN.yml`
+holds what is not a page (the book's title, the part captions, the note on the Chinese intro,
+the links between the editions, the page furniture). The built book also holds each page's
+English headings, from which `tools/anchors.py` gives its sections the English anchors.
 
 Usage:
   python tools/i18n.py status            what is missing, stale, orphaned or malformed
