@@ -12,8 +12,8 @@ plain text, in order).
 
 A browser may break a line between inline math, code, a link or a citation and the Chinese
 punctuation after it, which then starts the next line; a word joiner (U+2060, invisible)
-between them forbids that break, and math, which MathJax draws as one box, goes with the
-punctuation into a `<span class="nowrap">` (`_static/tlm.css`).
+between them forbids that break, and math (which MathJax draws as one box) or one-word code
+goes with the punctuation into a `<span class="nowrap">` (`_static/tlm.css`).
 """
 
 from __future__ import annotations
@@ -81,11 +81,13 @@ def _no_break_before_punctuation(app, doctree) -> None:
         if not isinstance(after, nodes.Text) or after.astext()[:1] not in PUNCTUATION:
             continue
         text = after.astext()
-        if not isinstance(node, nodes.math):
+        if not (isinstance(node, nodes.math) or isinstance(node, nodes.literal)
+                and not any(c.isspace() for c in node.astext())):
             parent[at + 1] = nodes.Text(WORD_JOINER + text)
             continue
-        # MathJax draws math as one box, which a word joiner does not hold to the next
-        # character: the math and the punctuation go into one span that does not wrap
+        # MathJax draws math as one box, and a browser may break a name in a table's code
+        # (_static/tlm.css) before it honours a word joiner: the math or the one-word code and
+        # the punctuation go into one span that does not wrap at their boundary
         wrap = nodes.inline("", "", classes=["nowrap"])
         parent[at] = wrap
         wrap += node
