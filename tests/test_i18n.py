@@ -416,15 +416,16 @@ def test_no_line_starts_with_the_punctuation_after_math_or_code():
     doc = new_document("page", get_default_settings())
     paragraph = nodes.paragraph()
     paragraph += [nodes.Text("见 "), nodes.math("x", "x"), nodes.Text("，然后 "),
-                  nodes.literal("f", "f"), nodes.Text("。"), nodes.math("y", "y"),
+                  nodes.literal("f(a, b)", "f(a, b)"), nodes.Text("。"),
+                  nodes.literal("g", "g"), nodes.Text("、"), nodes.math("y", "y"),
                   nodes.Text(" 不变")]
     doc += paragraph
     anchors._no_break_before_punctuation(None, doc)
-    wrap = paragraph[1]
-    assert isinstance(wrap, nodes.inline) and wrap["classes"] == ["nowrap"]
-    assert isinstance(wrap[0], nodes.math) and wrap[1].astext() == "，"
-    assert paragraph[2].astext() == "然后 " and paragraph[4].astext() == "\u2060。"
-    assert isinstance(paragraph[5], nodes.math) and paragraph[6].astext() == " 不变"
+    shown = [(type(n).__name__, getattr(n, "get", lambda k: None)("classes"), n.astext())
+             for n in paragraph.children]
+    assert shown == [("Text", None, "见 "), ("inline", ["nowrap"], "x，"), ("Text", None, "然后 "),
+                     ("literal", [], "f(a, b)"), ("Text", None, "\u2060。"),  # a word joiner
+                     ("inline", ["nowrap"], "g、"), ("math", [], "y"), ("Text", None, " 不变")]
 
 
 def test_the_chinese_book_has_the_english_headings_of_every_page(built):
