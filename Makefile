@@ -26,7 +26,8 @@ else
 TESTS := tests chapters
 endif
 
-.PHONY: setup export check-export test test-compat book book-zh i18n-status execute clean
+.PHONY: setup export check-export test test-compat book book-zh check-pages i18n-status \
+	execute clean
 
 setup: $(STAMP)
 
@@ -82,6 +83,21 @@ book-zh: $(STAMP)
 	$(PY) tools/i18n.py build _build/zh/src
 	$(JB) build _build/zh/src --all -W --keep-going
 	rm -rf _build/zh/html && mv _build/zh/src/_build/html _build/zh/html
+
+# Both built books in headless Chromium at 1280 x 800 (tools/check_pages.py), with what `make
+# test` does not need: Debian's chromium and a CJK font for the Chinese pages (apt, once), and
+# playwright in its own venv.
+PAGES_VENV := .venv-pages
+check-pages: book book-zh $(PAGES_VENV)/.installed
+	command -v chromium >/dev/null && fc-list :lang=zh | grep -q . \
+		|| apt-get install -y chromium fonts-noto-cjk
+	$(PAGES_VENV)/bin/python tools/check_pages.py --chromium "$$(command -v chromium)"
+	$(PAGES_VENV)/bin/python tools/check_pages.py --edition zh --chromium "$$(command -v chromium)"
+
+$(PAGES_VENV)/.installed:
+	python3 -m venv $(PAGES_VENV)
+	$(PAGES_VENV)/bin/python -m pip install --quiet --disable-pip-version-check playwright
+	touch $@
 
 i18n-status: $(STAMP)
 	$(PY) tools/i18n.py status

@@ -113,12 +113,39 @@ def test_a_faithful_translation_passes(one_cell):
     ("层的损失", "层的 token 损失", "'token' is '词元'"),
     ("层的损失", "层的令牌损失", "'token' is '词元'"),
     ("层的损失", "层的\n损失", "line break between Chinese characters"),
+    ("层的损失", "层的奈特损失", "'nat (unit of information)' is '纳特'"),
+    ("层的损失", "层在 rank 0 上的损失", "'rank (of a process)' is '进程编号'"),
+    ("层的损失", "层的损失 all-reduce 一次", "'all-reduce' is '全规约'"),
+    ("层的损失", "层的 Broadcast 损失", "the collective)' is '广播'"),
 ])
 def test_a_translation_that_loses_structure_or_the_glossary_is_refused(one_cell, old, new,
                                                                         kind):
     assert old in CHINESE
     found = one_cell(ENGLISH, CHINESE.replace(old, new))
     assert any(kind in m for m in found["malformed"]), found
+
+
+def test_an_english_term_may_stand_as_a_gloss_or_in_code_and_math_only():
+    glossed = ("先把 0 号进程的权重广播（broadcast）一次，*进程编号*（rank）即 `rank`：`dist.broadcast(t)`，"
+               "$j = \\text{rank} \\cdot A$。")
+    assert i18n.glossary_problems(glossed, TERMS) == []
+    mixed = "先把 rank 0 的权重 broadcast 一次，再 gather 一次（all-reduce 之后）。"
+    found = i18n.glossary_problems(mixed, TERMS)
+    assert [m.split("'")[1] for m in found] == ["rank (of a process)",
+                                                "broadcast (shapes; the collective)", "all-reduce",
+                                                "gather"], found
+
+
+def test_the_glossary_terms_the_chinese_edition_chose_once():
+    zh = {t["en"]: t for t in TERMS}
+    for en, chosen in [("nat (unit of information)", "纳特"), ("play (of Shakespeare)", "剧作"),
+                       ("plain (the simplest version)", "朴素"), ("head size", "头维度"),
+                       ("rank (of a process)", "进程编号"),
+                       ("broadcast (shapes; the collective)", "广播"),
+                       ("all-reduce", "全规约"), ("reduce-scatter", "规约散射"),
+                       ("all-gather", "全收集"), ("written whole (atomically)", "原子写入"),
+                       ("rank (tiktoken's, of a merge)", "合并优先级")]:
+        assert zh[en]["zh"] == chosen and zh[en].get("avoid"), en
 
 
 def test_a_translation_left_in_english_is_missing(one_cell):
@@ -324,3 +351,133 @@ def test_a_cell_id_twice_in_a_catalog_is_malformed_and_skeleton_keeps_it(checkou
     before = catalog.read_bytes()
     _refused(["skeleton", "05_rmsnorm"], "duplicate key")
     assert catalog.read_bytes() == before
+
+
+# --- the rendered pages: section anchors and line breaks (tools/anchors.py) ---------------------
+
+import anchors  # noqa: E402
+from docutils import nodes  # noqa: E402
+from docutils.frontend import get_default_settings  # noqa: E402
+from docutils.utils import new_document  # noqa: E402
+
+
+def _page(*titles):
+    """A document with one section per title, its ids as docutils made them (`id1`, ...)."""
+    doc = new_document("page", get_default_settings())
+    for i, title in enumerate(titles, 1):
+        section = nodes.section(ids=[f"id{i}"], names=[title])
+        section += nodes.title(title, title)
+        doc += section
+        doc.ids[f"id{i}"] = section
+        doc.nameids[title] = f"id{i}"
+    return doc
+
+
+def _app(tmp_path, headings=None):
+    if headings is not None:
+        (tmp_path / "anchors.json").write_text(json.dumps({"page": headings}), "utf-8")
+    return SimpleNamespace(srcdir=str(tmp_path), env=SimpleNamespace(docname="page"),
+                           config=SimpleNamespace(
+                               section_anchors="anchors.json" if headings is not None else ""))
+
+
+def test_chinese_sections_take_the_english_anchors_and_keep_their_labels(tmp_path):
+    english = tmp_path / "page.md"
+    english.write_text("# Training on many devices\n\n## Code: the handout's version\n\n"
+                       ":::{admonition} Solution\n## Not a section\n:::\n\n"
+                       "## Code: the handout's version\n", encoding="utf-8")
+    doc = _page("多设备训练", "代码：讲义的版本", "代码：讲义的版本")
+    doc[1]["ids"].append("sec-label")  # an explicit label, `(sec-label)=`
+    anchors._anchors(_app(tmp_path, i18n.headings(english)), doc)
+    assert [s["ids"] for s in doc.findall(nodes.section)] == [
+        ["training-on-many-devices"], ["code-the-handouts-version", "sec-label"],
+        ["code-the-handouts-version-2"]]
+    assert doc.nameids["多设备训练"] == "training-on-many-devices" and "id1" not in doc.ids
+
+
+def test_english_sections_get_the_same_anchors_from_their_titles(tmp_path):
+    doc = _page("Training on many devices", "Code: the handout’s version",
+                "Code: the handout’s version")  # smart quotes, as Sphinx gives them
+    anchors._anchors(_app(tmp_path), doc)
+    assert [s["ids"] for s in doc.findall(nodes.section)] == [
+        ["training-on-many-devices"], ["code-the-handouts-version"],
+        ["code-the-handouts-version-2"]]
+
+
+def test_a_page_whose_sections_do_not_match_the_english_headings_is_left_alone(tmp_path,
+                                                                                  caplog):
+    doc = _page("多设备训练")
+    anchors._anchors(_app(tmp_path, ["A", "B"]), doc)  # a warning: `make book-zh` fails (-W)
+    assert "1 sections but 2 English headings" in caplog.text
+    assert doc[0]["ids"] == ["id1"]
+
+
+def test_no_line_starts_with_the_punctuation_after_math_or_code():
+    doc = new_document("page", get_default_settings())
+    paragraph = nodes.paragraph()
+    paragraph += [nodes.Text("见 "), nodes.math("x", "x"), nodes.Text("，然后 "),
+                  nodes.literal("f(a, b)", "f(a, b)"), nodes.Text("。"),
+                  nodes.literal("g", "g"), nodes.Text("、"), nodes.math("y", "y"),
+                  nodes.Text(" 不变")]
+    doc += paragraph
+    anchors._no_break_before_punctuation(None, doc)
+    shown = [(type(n).__name__, getattr(n, "get", lambda k: None)("classes"), n.astext())
+             for n in paragraph.children]
+    assert shown == [("Text", None, "见 "), ("inline", ["nowrap"], "x，"), ("Text", None, "然后 "),
+                     ("literal", [], "f(a, b)"), ("Text", None, "\u2060。"),  # a word joiner
+                     ("inline", ["nowrap"], "g、"), ("math", [], "y"), ("Text", None, " 不变")]
+
+
+def test_the_chinese_book_has_the_english_headings_of_every_page(built):
+    found = json.loads((built / i18n.ANCHORS).read_text(encoding="utf-8"))
+    config = yaml.safe_load((built / "_config.yml").read_text(encoding="utf-8"))
+    assert config["sphinx"]["config"]["section_anchors"] == i18n.ANCHORS
+    assert set(config["sphinx"]["local_extensions"]) == {"edition_link", "anchors"}
+    for path in PAGES.values():
+        page = str(path.relative_to(ROOT).with_suffix(""))
+        chinese = i18n.headings(built / path.relative_to(ROOT))
+        assert found[page] == i18n.headings(path) and len(chinese) == len(found[page]), page
+
+
+# --- README.zh-CN.md: a summary, labelled as one, that drops no caveat ----------------------------
+
+# Each caveat of README.md (as it reads there) and the words that carry it in README.zh-CN.md.
+CAVEATS = [
+    ("The nccl path has not yet run on a GPU here.", "nccl 路径还没有在 GPU 上运行过"),
+    ("Two processes on this machine's CPU (`--device cpu`) log the same losses as one process "
+     "with twice the micro-batches", "记录的损失与使用两倍微批量的单个进程相同"),
+    ("bit for bit on a CPU (with the same number of threads), and on a GPU only with "
+     "`--deterministic`", "在 GPU 上只有加 `--deterministic` 才逐位一致"),
+    ("`torch>=2.11,<2.14`, and `tlm doctor` warns outside it", "`tlm doctor` 在范围之外会给出警告"),
+    ("(PyTorch issue 180642)", "（PyTorch issue 180642）"),
+    ("cells marked `# NBVAL_IGNORE_OUTPUT` (timings, versions, training losses) are not "
+     "compared", "标有 `# NBVAL_IGNORE_OUTPUT` 的单元格（用时、版本、训练损失）不做比较"),
+    ("its speed changes by the hour, by up to a factor of two", "每小时都会变化"),
+    ("for example (one run here)", "只是一次运行的输出"),
+    ("it needs `pip install playwright` and a Chromium, which `make test` does not, and for the "
+     "Chinese edition a CJK font", "需要 `make test` 不安装的东西"),
+]
+
+
+def _flat_text(path):
+    """A file's text with runs of white space, and a shell line's continuation, as one space."""
+    return " ".join(path.read_text(encoding="utf-8").replace("\\\n", " ").split())
+
+
+def test_the_chinese_readme_is_a_labelled_summary_that_keeps_every_caveat():
+    english, chinese = _flat_text(ROOT / "README.md"), _flat_text(ROOT / "README.zh-CN.md")
+    assert "这是英文 README 的摘要，不是全文翻译" in chinese and "](README.md)" in chinese
+    for en, zh in CAVEATS:
+        assert en in english, f"README.md no longer says {en!r}: update README.zh-CN.md and this"
+        assert zh in chinese, f"README.zh-CN.md lacks the caveat {en!r}"
+
+
+def test_the_chinese_readme_shows_only_commands_the_english_one_has():
+    english = _flat_text(ROOT / "README.md")
+    chinese = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", chinese, re.S)
+    commands = [" ".join(line.split("#")[0].split()) for block in blocks
+                for line in block.rstrip("\n").replace("\\\n", " ").split("\n")]
+    assert len(commands) >= 10
+    for command in commands:
+        assert command in english, command

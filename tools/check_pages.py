@@ -1,13 +1,17 @@
 """Look at the built book as a reader does: every page in headless Chromium at 1280 x 800.
 
-Reports code and output blocks that scroll sideways, error outputs longer than three lines and
-solution outputs visible while their toggles are closed, and how many monospace columns fit in
-a code block. Exit status 1 if anything is found. Run `make book` first.
+Reports code and output blocks and tables that scroll sideways, error outputs longer than three
+lines, solution outputs visible while their toggles are closed and lines of text that start
+with Chinese closing punctuation, and how many monospace columns fit in a code block. Exit
+status 1 if anything is found. Run `make book` (or `make book-zh`, for `--edition zh`) first.
 
-Needs what `make test` does not: `pip install playwright` and a Chromium (Debian's `chromium`
-package, passed with --chromium; playwright's own download works too).
+Needs what `make test` does not: `pip install playwright`, a Chromium (Debian's `chromium`
+package, passed with --chromium; playwright's own download works too) and, for the Chinese
+edition, a CJK font (Debian's `fonts-noto-cjk`; without one Chinese is drawn as boxes of
+another width, and where lines break means nothing):
+  apt-get install chromium fonts-noto-cjk && pip install playwright
 
-Usage: python tools/check_pages.py [--chromium /usr/bin/chromium] [--width 1280]
+Usage: python tools/check_pages.py [--edition en|zh] [--chromium /usr/bin/chromium] [--width 1280]
 """
 
 from __future__ import annotations
@@ -20,11 +24,43 @@ from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE_JS = r"""
-() => {
+async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) {
+    await MathJax.startup.promise;
+  }
+  await document.fonts.ready;
   const shown = e => e.offsetParent !== null && e.innerText.trim().length > 0;
   const scrolling = [...document.querySelectorAll('.bd-article pre')]
     .filter(p => shown(p) && p.scrollWidth > p.clientWidth + 1)
     .map(p => p.innerText.split('\n').reduce((a, b) => (b.length > a.length ? b : a), ''));
+  const tables = [...document.querySelectorAll('.bd-article .pst-scrollable-table-container')]
+    .filter(t => shown(t) && t.scrollWidth > t.clientWidth + 1)
+    .map(t => `${t.scrollWidth} px in ${t.clientWidth}: ` + t.innerText.slice(0, 40));
+  // A closing punctuation mark that starts a line: its box is below the character before it.
+  const starts = [];
+  const walker = document.createTreeWalker(document.querySelector('.bd-article') || document.body,
+                                           NodeFilter.SHOW_TEXT);
+  const range = document.createRange();
+  const box = (node, i) => { range.setStart(node, i); range.setEnd(node, i + 1);
+                             return range.getClientRects()[0]; };
+  let previous = null;  // the box of the last character drawn
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest('pre, mjx-container, script, style')) continue;
+    const before = node.previousSibling;  // math, code or a link drawn just before this text
+    if (before && before.nodeType === 1 && before.getClientRects().length) {
+      previous = [...before.getClientRects()].pop();
+    }
+    for (let i = 0; i < node.data.length; i++) {
+      if (/\s/.test(node.data[i])) continue;
+      const r = box(node, i);
+      if (!r || r.width === 0) continue;
+      if ('，。；：、）！？」』】》'.includes(node.data[i]) && previous
+          && r.top >= previous.bottom - 1) {
+        starts.push(node.data.slice(i, i + 20));
+      }
+      previous = r;
+    }
+  }
   const tracebacks = [...document.querySelectorAll('.bd-article .output.traceback')]
     .filter(shown).map(e => e.innerText.trim().split('\n').length).filter(n => n > 3);
   const exercises = document.querySelector('section#exercises');
@@ -42,23 +78,25 @@ PAGE_JS = r"""
     columns = Math.floor((code.clientWidth - parseFloat(style.paddingLeft)
                           - parseFloat(style.paddingRight)) / width);
   }
-  return {scrolling, tracebacks, answers, columns};
+  return {scrolling, tables, starts, tracebacks, answers, columns};
 }
 """
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edition", choices=["en", "zh"], default="en",
+                        help="the English book (_build/html) or the Chinese (_build/zh/html)")
     parser.add_argument("--chromium", default=None, help="path of a Chromium executable")
     parser.add_argument("--width", type=int, default=1280)
     parser.add_argument("--height", type=int, default=800)
     args = parser.parse_args()
-    html = ROOT / "_build" / "html"
+    html = ROOT / "_build" / ("html" if args.edition == "en" else "zh/html")
     skip = {"index.html", "genindex.html", "search.html"}  # a redirect and generated lists
     pages = sorted(html.glob("chapters/*.html")) + sorted(
         p for p in html.glob("*.html") if p.name not in skip)
     if not pages:
-        print("no pages in _build/html: run `make book` first")
+        print(f"no pages in {html.relative_to(ROOT)}: run `make book` or `make book-zh` first")
         return 1
     problems = 0
     with sync_playwright() as p:
@@ -67,12 +105,17 @@ def main() -> int:
         for path in pages:
             page.goto(path.as_uri())
             found = page.evaluate(PAGE_JS)
-            bad = len(found["scrolling"]) + len(found["tracebacks"]) + len(found["answers"])
+            bad = sum(len(found[k]) for k in ("scrolling", "tables", "starts", "tracebacks",
+                                              "answers"))
             problems += bad
             columns = found["columns"] if found["columns"] is not None else "-"
             print(f"{path.relative_to(html)}: {columns} columns fit; {bad} problems")
             for line in found["scrolling"]:
                 print(f"  scrolls sideways: {line[:70]!r}")
+            for text in found["tables"]:
+                print(f"  a table scrolls sideways: {text!r}")
+            for text in found["starts"]:
+                print(f"  a line starts with punctuation: {text!r}")
             for n in found["tracebacks"]:
                 print(f"  an error output of {n} lines")
             for text in found["answers"]:

@@ -9,8 +9,11 @@ page's stem), mapping each English Markdown cell's id to
 
 A Markdown page (`intro.md`, ...) is split into cells: each heading, paragraph and table row;
 a cell's id is the slug of its first words. `i18n/zh_CN/glossary.yml` fixes one rendering per
-term; `i18n/zh_CN.yml` holds what is not a page (the book's title, the part captions, the note
-on the Chinese intro, the links between the editions).
+term and lists the renderings to avoid, English words among them (rank, broadcast), which the
+Chinese prose may use only as a gloss in parentheses after the Chinese term; `i18n/zh_CN.yml`
+holds what is not a page (the book's title, the part captions, the note on the Chinese intro,
+the links between the editions, the page furniture). The built book also holds each page's
+English headings, from which `tools/anchors.py` gives its sections the English anchors.
 
 Usage:
   python tools/i18n.py status            what is missing, stale, orphaned or malformed
@@ -126,6 +129,24 @@ def english_cells(path: Path) -> list[tuple[str, str]]:
     nb = json.loads(path.read_text(encoding="utf-8"))
     return [(c["id"], "".join(c["source"])) for c in nb["cells"]
             if c["cell_type"] == "markdown"]
+
+
+def headings(path: Path) -> list[str]:
+    """The plain text of a page's section headings, in order (not those inside a directive)."""
+    text = (path.read_text("utf-8") if path.suffix == ".md" else
+            "\n\n".join(source for _, source in english_cells(path)))
+    found, directive = [], 0
+    for line, inside in zip(text.split("\n"), _fences(text)):
+        if inside:
+            continue
+        if re.match(r"^:{3,}\{", line):
+            directive += 1
+        elif re.match(r"^:{3,}\s*$", line):
+            directive -= 1
+        elif directive == 0 and re.match(r"^#{1,6} ", line):
+            plain = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line.lstrip("#").strip())
+            found.append(re.sub(r"[`$*']", "", plain))  # ' becomes ’, which an id drops
+    return found
 
 
 def sha256(text: str) -> str:
@@ -266,13 +287,29 @@ _WIDE = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 SOFT_BREAK = re.compile(f"[{_WIDE}]\n[{_WIDE}]")
 
 
+# An English term may follow its Chinese rendering once, in parentheses: 广播（broadcast）.
+GLOSS = re.compile(f"(?<=[{_WIDE}*])（[ -~]+?）")
+
+
 def glossary_problems(md: str, terms: list[dict]) -> list[str]:
+    """The glossary's `avoid` renderings in a translation's prose (code and math aside).
+
+    An English `avoid` word (a verb such as "broadcast", a noun such as "rank") is refused
+    in the Chinese prose where the glossary names a Chinese term for it, except as the gloss
+    in parentheses right after the Chinese term.
+    """
     text = _prose(md)
+    glossed = GLOSS.sub(" ", text)
     found = []
     for term in terms:
         for bad in term.get("avoid", []):
-            pattern = (rf"(?i)\b{re.escape(bad)}\b" if bad.isascii() else re.escape(bad))
-            if re.search(pattern, text):
+            if bad.isascii():
+                hit = re.search(rf"(?i)(?<![\w-]){re.escape(bad)}(?![\w-])", glossed)
+                if hit:
+                    found.append(f"'{term['en']}' is '{term['zh']}' here, not the English "
+                                 f"'{hit.group()}' (it may follow the Chinese once, in "
+                                 f"parentheses: {term['zh']}（{bad}）)")
+            elif bad in text:
                 found.append(f"'{term['en']}' is '{term['zh']}' here, not '{bad}'")
     return found
 
@@ -354,6 +391,7 @@ def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
     return json.dumps(nb, indent=1, ensure_ascii=False) + "\n"
 
 
+ANCHORS = "section_anchors.json"  # in the Chinese book: each page's English headings
 MARKER = ".i18n-build"  # in OUT: an earlier build, which the next one may replace
 
 
@@ -422,9 +460,17 @@ def _write_book(out: Path, books: dict[str, list[tuple[str, str]]]) -> None:
     (out / "_toc.yml").write_text(yaml.safe_dump(toc, allow_unicode=True, sort_keys=False),
                                   encoding="utf-8")
     config = yaml.safe_load((ROOT / "_config.yml").read_text())
-    config["title"], config["author"] = settings["title"], settings["author"]
+    for key in ("title", "author", "copyright"):
+        config[key] = settings[key]
+    config["html"]["extra_footer"] = settings["footer"]
     config["sphinx"]["config"].update(settings["sphinx"])
-    config["sphinx"]["local_extensions"] = {"edition_link": str(ROOT / "tools")}
+    extensions = config["sphinx"]["local_extensions"]  # edition_link, anchors
+    config["sphinx"]["local_extensions"] = {name: str(ROOT / "tools") for name in extensions}
+    anchors = {str(path.relative_to(ROOT).with_suffix("")): headings(path)
+               for path in pages().values()}
+    (out / ANCHORS).write_text(json.dumps(anchors, ensure_ascii=False, indent=1) + "\n",
+                               encoding="utf-8")
+    config["sphinx"]["config"]["section_anchors"] = ANCHORS
     (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True,
                                                     sort_keys=False), encoding="utf-8")
     for name in ("references.bib", "_static"):

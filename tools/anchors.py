@@ -1,0 +1,106 @@
+"""A Sphinx extension both books load: section anchors made from the English headings, and no
+line that starts with Chinese punctuation after inline math.
+
+Docutils makes a section's anchor from its title; a Chinese title has no Latin letters, so every
+section would get a counter (`#id8`) that shifts when a section is added and never matches the
+English page, and a title used twice on a page gets one in English too. Here each section's
+anchor is the slug docutils makes from its English heading, with `-2`, `-3`, ... for a heading
+used again on the page, in both editions; explicit labels (`(sec-x)=`) stay as they are. The
+English book takes the headings from its own sections; `tools/i18n.py build` writes the Chinese
+book's `section_anchors` (a JSON file beside its `_config.yml`: page -> the English headings'
+plain text, in order).
+
+A browser may break a line between inline math, code, a link or a citation and the Chinese
+punctuation after it, which then starts the next line; a word joiner (U+2060, invisible)
+between them forbids that break, and math (which MathJax draws as one box) or one-word code
+goes with the punctuation into a `<span class="nowrap">` (`_static/tlm.css`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from docutils import nodes
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+PUNCTUATION = "，。；：、）！？」』】》…—"
+WORD_JOINER = "\u2060"  # no line break on either side
+# what may stand before the punctuation: math, code, a link or a citation, emphasis
+INLINE = (nodes.math, nodes.literal, nodes.reference, nodes.inline, nodes.emphasis,
+          nodes.strong)
+
+
+def anchor(heading: str) -> str:
+    """The id docutils gives a section titled `heading` (its plain text), as in the English book."""
+    return nodes.make_id(nodes.fully_normalize_name(heading))
+
+
+def _anchors(app, doctree) -> None:
+    sections = list(doctree.findall(nodes.section))
+    if app.config.section_anchors:  # the Chinese book: the English headings
+        path = Path(app.srcdir) / app.config.section_anchors
+        headings = json.loads(path.read_text(encoding="utf-8")).get(app.env.docname)
+        if headings is None:
+            return
+    else:
+        headings = [s[0].astext() if s.children and isinstance(s[0], nodes.title) else ""
+                    for s in sections]
+    if len(sections) != len(headings):
+        logger.warning(f"{len(sections)} sections but {len(headings)} English headings: "
+                       "section anchors left as docutils made them", location=app.env.docname)
+        return
+    document, used = doctree, set()
+    for section, heading in zip(sections, headings):
+        new = base = anchor(heading) or "section"
+        count = 1
+        while new in used:
+            count += 1
+            new = f"{base}-{count}"
+        used.add(new)
+        old = section["ids"][0] if section["ids"] else None
+        if old == new or document.ids.get(new, section) is not section:
+            continue  # already the English anchor, or another node's id
+        if old is not None:
+            section["ids"][0] = new
+            document.ids.pop(old, None)
+            for name, target in list(document.nameids.items()):
+                if target == old:
+                    document.nameids[name] = new
+        else:
+            section["ids"].append(new)
+        document.ids[new] = section
+
+
+def _no_break_before_punctuation(app, doctree) -> None:
+    for node in list(doctree.findall(lambda n: isinstance(n, INLINE))):
+        parent = node.parent
+        at = parent.index(node)
+        after = parent[at + 1] if at + 1 < len(parent) else None
+        if not isinstance(after, nodes.Text) or after.astext()[:1] not in PUNCTUATION:
+            continue
+        text = after.astext()
+        if not (isinstance(node, nodes.math) or isinstance(node, nodes.literal)
+                and not any(c.isspace() for c in node.astext())):
+            parent[at + 1] = nodes.Text(WORD_JOINER + text)
+            continue
+        # MathJax draws math as one box, and a browser may break a name in a table's code
+        # (_static/tlm.css) before it honours a word joiner: the math or the one-word code and
+        # the punctuation go into one span that does not wrap at their boundary
+        wrap = nodes.inline("", "", classes=["nowrap"])
+        parent[at] = wrap
+        wrap += node
+        wrap += nodes.Text(text[0])
+        if len(text) > 1:
+            parent[at + 1] = nodes.Text(text[1:])
+        else:
+            del parent[at + 1]
+
+
+def setup(app):
+    app.add_config_value("section_anchors", "", "env")
+    # before Sphinx collects the page's table of contents from the sections' ids (priority 500)
+    app.connect("doctree-read", _anchors, priority=400)
+    app.connect("doctree-read", _no_break_before_punctuation, priority=400)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
