@@ -1270,3 +1270,105 @@ def test_data_removes_what_a_killed_run_left_inside_dir(tmp_path, monkeypatch, c
     monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
     assert main(["data", "shakespeare", str(out), "--quiet"]) == 0  # not "not empty"
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+# --- the loop and its runtime ---------------------------------------------------------
+
+def _plain_loop(data_dir: Path, config: dict) -> tuple[list[float], dict, list[float]]:
+    """The loop of chapter 17's "The loop, plain", with A micro-batches a step and the
+    script's seeding, written out here from the book's pieces: the training losses, the
+    final weights and the held-out losses at every eval_every steps and the last."""
+    from tlm.train import build_model, param_groups
+    A, B, T = config["grad_accum_steps"], config["batch_size"], config["context_length"]
+    model = build_model(config)
+    opt = tlm.AdamW(param_groups(model, config["weight_decay"], config["decay"]),
+                    lr=config["lr"], betas=(config["beta1"], config["beta2"]),
+                    eps=config["eps"])
+    samplers = [torch.Generator().manual_seed(config["seed"] + j) for j in range(A)]
+    train = np.load(data_dir / "train.npy", mmap_mode="r")
+    valid = np.load(data_dir / "valid.npy", mmap_mode="r")
+    lengths = token_bytes(byte_vocab())
+    losses, held_out = [], []
+    for step in range(config["steps"] + 1):
+        if step % config["eval_every"] == 0 or step == config["steps"]:
+            windows = None if step == config["steps"] else config["eval_windows"]
+            held_out.append(evaluate(model, valid, lengths, max_windows=windows)["loss"])
+        if step == config["steps"]:
+            return losses, model.state_dict(), held_out
+        lr = tlm.get_lr_cosine_schedule(step, config["lr"], config["min_lr"],
+                                        config["warmup_steps"], config["steps"])
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for sampler in samplers:
+            x, y = get_batch(train, B, T, "cpu", sampler)
+            part = tlm.cross_entropy(model(x), y) / A
+            part.backward()
+            total = total + part.detach()
+        tlm.gradient_clipping(model.parameters(), config["grad_clip"])
+        opt.step()
+        losses.append(total.item())
+
+
+TINY_CONFIG = dict(context_length=16, d_model=32, num_layers=2, num_heads=2, d_ff=64,
+                   batch_size=4, warmup_steps=2, eval_windows=4, log_every=1, steps=12,
+                   eval_every=6, checkpoint_every=6, grad_accum_steps=2, device="cpu")
+
+
+def test_the_default_run_is_the_plain_loop_bit_for_bit(data_dir, tmp_path):
+    """train_model's default path (one process, float32, the default decay and
+    attention) computes what the plain loop computes: every logged loss, every held-out
+    loss and the final weights, bit for bit."""
+    from tlm.train import MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS
+    config = {**TINY_CONFIG, "data_dir": str(data_dir), "out_dir": str(tmp_path / "r")}
+    train_model(config, progress=False)
+    log = [json.loads(line) for line in open(tmp_path / "r/log.jsonl")]
+    full = {**MODEL_OPTIONS, **OPTIMIZER_OPTIONS, **RUN_OPTIONS, **config,
+            "vocab_size": 257}
+    losses, final, held_out = _plain_loop(data_dir, full)
+    assert [r["loss"] for r in log if "loss" in r] == losses
+    assert [r["val_loss"] for r in log if "val_loss" in r] == held_out
+    saved = weights(tmp_path / "r/checkpoint.pt")
+    assert saved.keys() == final.keys()
+    assert all(torch.equal(saved[k], final[k]) for k in final)
+
+
+def test_the_loop_goes_through_its_runtime_at_every_point(data_dir, tmp_path,
+                                                          monkeypatch):
+    """A runtime put first in RUNTIMES runs the loop: each point is called as often as
+    the loop says, and a runtime that does what Runtime does changes nothing."""
+    calls = {}
+
+    class Counting(tlm.Runtime):
+        def __getattribute__(self, name):
+            if name in ("wrap", "micro_batch", "autocast", "backward", "step", "mean",
+                        "state_dict", "load_state_dict"):
+                calls[name] = calls.get(name, 0) + 1
+            return super().__getattribute__(name)
+
+    config = {**TINY_CONFIG, "data_dir": str(data_dir)}
+    train_model({**config, "out_dir": str(tmp_path / "plain")}, progress=False)
+    monkeypatch.setattr(tlm.train, "RUNTIMES", [Counting, *tlm.train.RUNTIMES])
+    train_model({**config, "out_dir": str(tmp_path / "counted")}, progress=False)
+    steps, A = config["steps"], config["grad_accum_steps"]
+    assert calls == {"wrap": 1, "micro_batch": steps * A, "autocast": steps * A,
+                     "backward": steps * A, "step": steps, "mean": steps,
+                     "state_dict": steps // config["checkpoint_every"]}
+    a, b = weights(tmp_path / "plain/checkpoint.pt"), weights(tmp_path / "counted/checkpoint.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_train_model_takes_the_first_runtime_that_accepts_the_run(monkeypatch):
+    from tlm.train import MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS, _runtime
+    config = {**MODEL_OPTIONS, **OPTIMIZER_OPTIONS, **RUN_OPTIONS, "device": "cpu"}
+    cpu = torch.device("cpu")
+    assert type(_runtime(config, cpu)) is tlm.Runtime
+    for other in ({"dtype": "bfloat16"}, {"dtype": "float16"}):
+        assert type(_runtime({**config, **other}, cpu)) is tlm.DistributedRuntime
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets
+    assert not tlm.Runtime.accepts(config)
+    assert not tlm.Runtime.accepts({**config, "fsdp": True, "dtype": "float32"})
+    monkeypatch.setattr(tlm.train, "RUNTIMES", [tlm.Runtime])
+    with pytest.raises(ValueError, match="need the runtime of tlm.distributed"):
+        _runtime(config, cpu)

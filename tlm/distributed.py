@@ -5,7 +5,6 @@ __all__ = ['run_processes', 'DDP', 'ShardedOptimizer', 'FSDP', 'join_from_enviro
 import contextlib
 import math
 import os
-import re
 import sys
 import tempfile
 import types

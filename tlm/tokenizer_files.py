@@ -9,7 +9,7 @@ import warnings
 from array import array
 from pathlib import Path
 
-from tlm.tokenizer import (WHISPER, Tokenizer, _chunk_bounds, _over_chunks,
+from tlm.tokenizer import (WHISPER, Tokenizer, _chunk_bounds, _over_chunks, _read_text,
                            package_data_path)
 # GPT-2's file format is the tokenizer's (Tokenizer.save and from_files use it);
 # its names stay importable from here too
