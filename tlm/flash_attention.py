@@ -30,7 +30,8 @@ def _check_flash_inputs(q: Tensor, k: Tensor, v: Tensor, is_causal: bool) -> Non
         raise ValueError(f"q (batch, n, d) and k, v (batch, m, d) must agree, got "
                          f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.dtype != k.dtype or k.dtype != v.dtype:
-        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise ValueError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, "
+                         f"{v.dtype}")
     if not isinstance(is_causal, bool):
         raise TypeError(f"is_causal must be a bool, got {type(is_causal).__name__}")
     if q.shape[1] == 0 or k.shape[1] == 0 or (is_causal and q.shape[1] > k.shape[1]):
@@ -45,8 +46,8 @@ def _visible(rows: Tensor, cols: Tensor, offset: int) -> Tensor:
 
 def flash_forward_pytorch(q: Float[Tensor, "batch n d"], k: Float[Tensor, "batch m d"],
                           v: Float[Tensor, "batch m d"], is_causal: bool = False,
-                          tile: int = TILE
-                          ) -> tuple[Float[Tensor, "batch n d"], Float[Tensor, "batch n"]]:
+                          tile: int = TILE) -> tuple[Float[Tensor, "batch n d"],
+                                                     Float[Tensor, "batch n"]]:
     """softmax(q k^T / sqrt(d)) v one (tile x tile) block of scores at a time.
 
     Args:
@@ -107,7 +108,8 @@ def flash_backward_pytorch(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
         start = max(0, j - offset) // tile * tile if is_causal else 0
         for i in range(start, n, tile):
             q_i, do_i = q[:, i:i + tile].float(), grad_o[:, i:i + tile].float()
-            p = torch.exp(q_i @ k_j.transpose(-2, -1) * scale - lse[:, i:i + tile, None])
+            s = q_i @ k_j.transpose(-2, -1) * scale
+            p = torch.exp(s - lse[:, i:i + tile, None])  # P recomputed from L
             if is_causal:
                 rows = torch.arange(i, i + q_i.shape[1], device=q.device)
                 cols = torch.arange(j, j + k_j.shape[1], device=q.device)
@@ -123,10 +125,11 @@ def flash_backward_pytorch(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tens
 
 
 class FlashAttentionPyTorch(torch.autograd.Function):
-    """FlashAttention-2 in plain PyTorch: apply(q, k, v, is_causal) on (batch, seq, d)."""
+    """FlashAttention-2 in plain PyTorch: apply(q, k, v, is_causal), (batch, seq, d)."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
+                ) -> Tensor:
         _check_flash_inputs(q, k, v, is_causal)
         o, lse = flash_forward_pytorch(q, k, v, is_causal)
         ctx.save_for_backward(lse, q, k, v, o)
@@ -280,8 +283,8 @@ if tl is not None:
 
 # triton.jit reads TRITON_INTERPRET when it wraps the kernels, at this module's import:
 # set it before `import tlm` to run them on the CPU (in numpy, slowly)
-INTERPRETED = triton is not None and os.environ.get("TRITON_INTERPRET", "0").lower() in (
-    "1", "true", "yes", "on")
+INTERPRETED = triton is not None and os.environ.get(
+    "TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
 def triton_unavailable_reason(device: torch.device | str) -> str | None:
@@ -290,8 +293,8 @@ def triton_unavailable_reason(device: torch.device | str) -> str | None:
         return "Triton is not installed (pip install 'tlm[flash]')"
     kind = torch.device(device).type
     if kind != "cuda" and not INTERPRETED:
-        return (f"Triton runs on CUDA, or on the CPU if TRITON_INTERPRET=1 was set before "
-                f"tlm was imported; got a {kind} tensor")
+        return (f"Triton runs on CUDA, or on the CPU if TRITON_INTERPRET=1 was set "
+                f"before tlm was imported; got a {kind} tensor")
     return None
 
 
@@ -307,10 +310,11 @@ def _launch(kernel, grid_over: int, *args, q: Tensor, m: int, is_causal: bool) -
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    """FlashAttention-2 as Triton kernels: apply(q, k, v, is_causal) on (batch, seq, d)."""
+    """FlashAttention-2 as Triton kernels: apply(q, k, v, is_causal), (batch, seq, d)."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False) -> Tensor:
+    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
+                ) -> Tensor:
         _check_flash_inputs(q, k, v, is_causal)
         if (reason := triton_unavailable_reason(q.device)) is not None:
             raise RuntimeError(reason)
@@ -357,4 +361,4 @@ def _flash_attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     return out.reshape(q.shape)
 
 
-ATTN_KERNELS["flash"] = _flash_attend
+ATTN_KERNELS.update(flash=_flash_attend)
