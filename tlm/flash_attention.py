@@ -157,6 +157,26 @@ if tl is not None:
         return tl.dot(a, b, input_precision=PRECISION)
 
     @triton.jit
+    def _rows_at(b, rows, dims, n, d):
+        """Offsets of rows x dims of entry b of a (batch, n, d) tensor; their mask."""
+        return (b * n * d + rows[:, None] * d + dims[None, :],
+                (rows[:, None] < n) & (dims[None, :] < d))
+
+    @triton.jit
+    def _scores(q, k, rows, cols, m, offset, scale, CAUSAL: tl.constexpr,
+                PRECISION: tl.constexpr, UPCAST: tl.constexpr):
+        """q k^T * scale of one tile, and where it is kept (a key, seen if causal).
+
+        Rows past n are kept: their loads read zeros, so they stay finite (no row is all
+        masked), add nothing to dK and dV, and are never stored.
+        """
+        s = _dot(q, tl.trans(k), PRECISION, UPCAST) * scale
+        keep = cols[None, :] < m
+        if CAUSAL:
+            keep = keep & (cols[None, :] <= rows[:, None] + offset)
+        return s, keep
+
+    @triton.jit
     def _flash_forward_kernel(
             Q, K, V, O, LSE, n, m, offset, scale, d,
             DP: tl.constexpr, BQ: tl.constexpr, BK: tl.constexpr,
@@ -166,9 +186,8 @@ if tl is not None:
         i, b = tl.program_id(0), tl.program_id(1)
         rows = i * BQ + tl.arange(0, BQ)
         dims = tl.arange(0, DP)  # d padded to a power of two, the padding masked
-        row_ok = (rows[:, None] < n) & (dims[None, :] < d)
-        q = tl.load(Q + b * n * d + rows[:, None] * d + dims[None, :], mask=row_ok,
-                    other=0.0)
+        q_at, q_ok = _rows_at(b, rows, dims, n, d)
+        q = tl.load(Q + q_at, mask=q_ok, other=0.0)
         m_i = tl.full([BQ], float("-inf"), tl.float32)
         l_i = tl.zeros([BQ], tl.float32)
         acc = tl.zeros([BQ, DP], tl.float32)
@@ -178,14 +197,11 @@ if tl is not None:
         j = 0
         while j < end:  # not `for`: Triton 3.6's interpreter fails on it
             cols = j + tl.arange(0, BK)
-            col_ok = (cols[:, None] < m) & (dims[None, :] < d)
-            kv_at = b * m * d + cols[:, None] * d + dims[None, :]
-            k = tl.load(K + kv_at, mask=col_ok, other=0.0)
-            v = tl.load(V + kv_at, mask=col_ok, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION, UPCAST) * scale
-            keep = cols[None, :] < m
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None] + offset)
+            kv_at, kv_ok = _rows_at(b, cols, dims, m, d)
+            k = tl.load(K + kv_at, mask=kv_ok, other=0.0)
+            v = tl.load(V + kv_at, mask=kv_ok, other=0.0)
+            s, keep = _scores(q, k, rows, cols, m, offset, scale, CAUSAL, PRECISION,
+                              UPCAST)
             s = tl.where(keep, s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             p = tl.exp(s - m_new[:, None])
@@ -194,13 +210,23 @@ if tl is not None:
             acc = acc * rescale[:, None] + _dot(p.to(v.dtype), v, PRECISION, UPCAST)
             m_i = m_new
             j += BK
-        o = acc / l_i[:, None]
-        tl.store(O + b * n * d + rows[:, None] * d + dims[None, :],
-                 o.to(O.dtype.element_ty), mask=row_ok)
+        tl.store(O + q_at, (acc / l_i[:, None]).to(O.dtype.element_ty), mask=q_ok)
         tl.store(LSE + b * n + rows, m_i + tl.log(l_i), mask=rows < n)
 
 
 if tl is not None:
+    @triton.jit
+    def _probs_and_grads(q, k, v, do, LSE, DELTA, b, rows, cols, n, m, offset, scale,
+                         CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+                         UPCAST: tl.constexpr):
+        """P = exp(S - L) of one tile, recomputed, and dS = P * (dO V^T - D)."""
+        lse = tl.load(LSE + b * n + rows, mask=rows < n, other=0.0)
+        delta = tl.load(DELTA + b * n + rows, mask=rows < n, other=0.0)
+        s, keep = _scores(q, k, rows, cols, m, offset, scale, CAUSAL, PRECISION,
+                          UPCAST)
+        p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
+        return p, p * (_dot(do, tl.trans(v), PRECISION, UPCAST) - delta[:, None])
+
     @triton.jit
     def _flash_backward_dkdv_kernel(
             Q, K, V, DO, LSE, DELTA, DK, DV, n, m, offset, scale, d,
@@ -211,36 +237,26 @@ if tl is not None:
         j, b = tl.program_id(0), tl.program_id(1)
         cols = j * BK + tl.arange(0, BK)
         dims = tl.arange(0, DP)
-        col_ok = (cols[:, None] < m) & (dims[None, :] < d)
-        kv_at = b * m * d + cols[:, None] * d + dims[None, :]
-        k = tl.load(K + kv_at, mask=col_ok, other=0.0)
-        v = tl.load(V + kv_at, mask=col_ok, other=0.0)
+        kv_at, kv_ok = _rows_at(b, cols, dims, m, d)
+        k = tl.load(K + kv_at, mask=kv_ok, other=0.0)
+        v = tl.load(V + kv_at, mask=kv_ok, other=0.0)
         dk = tl.zeros([BK, DP], tl.float32)
         dv = tl.zeros([BK, DP], tl.float32)
-        start = 0
-        if CAUSAL:  # the first query tile with a query that sees key j * BK
-            start = tl.maximum(j * BK - offset, 0) // BQ * BQ
-        i = start
+        i = 0
+        if CAUSAL:  # from the first query tile with a query that sees key j * BK
+            i = tl.maximum(j * BK - offset, 0) // BQ * BQ
         while i < n:
             rows = i + tl.arange(0, BQ)
-            row_ok = (rows[:, None] < n) & (dims[None, :] < d)
-            q_at = b * n * d + rows[:, None] * d + dims[None, :]
-            q = tl.load(Q + q_at, mask=row_ok, other=0.0)
-            do = tl.load(DO + q_at, mask=row_ok, other=0.0)
-            lse = tl.load(LSE + b * n + rows, mask=rows < n, other=0.0)
-            delta = tl.load(DELTA + b * n + rows, mask=rows < n, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION, UPCAST) * scale
-            keep = (rows[:, None] < n) & (cols[None, :] < m)
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None] + offset)
-            p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
+            q_at, q_ok = _rows_at(b, rows, dims, n, d)
+            q = tl.load(Q + q_at, mask=q_ok, other=0.0)
+            do = tl.load(DO + q_at, mask=q_ok, other=0.0)
+            p, ds = _probs_and_grads(q, k, v, do, LSE, DELTA, b, rows, cols, n, m,
+                                     offset, scale, CAUSAL, PRECISION, UPCAST)
             dv += _dot(tl.trans(p).to(do.dtype), do, PRECISION, UPCAST)
-            dp = _dot(do, tl.trans(v), PRECISION, UPCAST)
-            ds = p * (dp - delta[:, None])
             dk += _dot(tl.trans(ds).to(q.dtype), q, PRECISION, UPCAST)
             i += BQ
-        tl.store(DK + kv_at, (dk * scale).to(DK.dtype.element_ty), mask=col_ok)
-        tl.store(DV + kv_at, dv.to(DV.dtype.element_ty), mask=col_ok)
+        tl.store(DK + kv_at, (dk * scale).to(DK.dtype.element_ty), mask=kv_ok)
+        tl.store(DV + kv_at, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
     def _flash_backward_dq_kernel(
@@ -252,12 +268,9 @@ if tl is not None:
         i, b = tl.program_id(0), tl.program_id(1)
         rows = i * BQ + tl.arange(0, BQ)
         dims = tl.arange(0, DP)
-        row_ok = (rows[:, None] < n) & (dims[None, :] < d)
-        q_at = b * n * d + rows[:, None] * d + dims[None, :]
-        q = tl.load(Q + q_at, mask=row_ok, other=0.0)
-        do = tl.load(DO + q_at, mask=row_ok, other=0.0)
-        lse = tl.load(LSE + b * n + rows, mask=rows < n, other=0.0)
-        delta = tl.load(DELTA + b * n + rows, mask=rows < n, other=0.0)
+        q_at, q_ok = _rows_at(b, rows, dims, n, d)
+        q = tl.load(Q + q_at, mask=q_ok, other=0.0)
+        do = tl.load(DO + q_at, mask=q_ok, other=0.0)
         dq = tl.zeros([BQ, DP], tl.float32)
         end = m
         if CAUSAL:
@@ -265,20 +278,14 @@ if tl is not None:
         j = 0
         while j < end:
             cols = j + tl.arange(0, BK)
-            col_ok = (cols[:, None] < m) & (dims[None, :] < d)
-            kv_at = b * m * d + cols[:, None] * d + dims[None, :]
-            k = tl.load(K + kv_at, mask=col_ok, other=0.0)
-            v = tl.load(V + kv_at, mask=col_ok, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION, UPCAST) * scale
-            keep = (rows[:, None] < n) & (cols[None, :] < m)
-            if CAUSAL:
-                keep = keep & (cols[None, :] <= rows[:, None] + offset)
-            p = tl.where(keep, tl.exp(s - lse[:, None]), 0.0)
-            dp = _dot(do, tl.trans(v), PRECISION, UPCAST)
-            ds = p * (dp - delta[:, None])
+            kv_at, kv_ok = _rows_at(b, cols, dims, m, d)
+            k = tl.load(K + kv_at, mask=kv_ok, other=0.0)
+            v = tl.load(V + kv_at, mask=kv_ok, other=0.0)
+            p, ds = _probs_and_grads(q, k, v, do, LSE, DELTA, b, rows, cols, n, m,
+                                     offset, scale, CAUSAL, PRECISION, UPCAST)
             dq += _dot(ds.to(k.dtype), k, PRECISION, UPCAST)
             j += BK
-        tl.store(DQ + q_at, (dq * scale).to(DQ.dtype.element_ty), mask=row_ok)
+        tl.store(DQ + q_at, (dq * scale).to(DQ.dtype.element_ty), mask=q_ok)
 
 
 # triton.jit reads TRITON_INTERPRET when it wraps the kernels, at this module's import:
@@ -310,7 +317,7 @@ def _launch(kernel, grid_over: int, *args, q: Tensor, m: int, is_causal: bool) -
 
 
 class FlashAttentionTriton(torch.autograd.Function):
-    """FlashAttention-2 as Triton kernels: apply(q, k, v, is_causal), (batch, seq, d)."""
+    """FlashAttention-2 in Triton: apply(q, k, v, is_causal), (batch, seq, d)."""
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, is_causal: bool = False
