@@ -144,13 +144,13 @@ def test_flash_is_refused_with_a_reason_where_triton_cannot_run(monkeypatch):
     attn = tlm.MultiHeadSelfAttention(16, 2, attn_implementation="flash")
     x = torch.randn(1, 5, 16)
     monkeypatch.setattr(fa, "INTERPRETED", False)
-    with pytest.raises(RuntimeError, match="attn_implementation='flash': Triton runs on "
+    with pytest.raises(ValueError, match="attn_implementation='flash': Triton runs on "
                                            "CUDA, or on the CPU if TRITON_INTERPRET=1"):
         attn(x)
     monkeypatch.setattr(fa, "triton", None)
-    with pytest.raises(RuntimeError, match=r"Triton is not installed \(pip install"):
+    with pytest.raises(ValueError, match=r"Triton is not installed \(pip install"):
         attn(x)
-    with pytest.raises(RuntimeError, match="Triton is not installed"):
+    with pytest.raises(ValueError, match="Triton is not installed"):
         tlm.FlashAttentionTriton.apply(x, x, x, False)
 
 

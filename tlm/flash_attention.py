@@ -324,7 +324,7 @@ class FlashAttentionTriton(torch.autograd.Function):
                 ) -> Tensor:
         _check_flash_inputs(q, k, v, is_causal)
         if (reason := triton_unavailable_reason(q.device)) is not None:
-            raise RuntimeError(reason)
+            raise ValueError(reason)
         q, k, v = (t.contiguous() for t in (q, k, v))
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], device=q.device, dtype=torch.float32)
@@ -359,7 +359,7 @@ def _flash_attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     query heads; every (batch, head) pair is one entry of the kernels' batch.
     """
     if (reason := triton_unavailable_reason(q.device)) is not None:
-        raise RuntimeError(f"attn_implementation='flash': {reason}")
+        raise ValueError(f"attn_implementation='flash': {reason}")
     group = q.shape[-3] // k.shape[-3]
     if group > 1:
         k, v = (t.repeat_interleave(group, dim=-3) for t in (k, v))
