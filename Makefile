@@ -51,7 +51,8 @@ test: check-export
 
 # Colab's environment, the other end of the torch range pyproject.toml admits: Python 3.13
 # and torch 2.11 (a CUDA build, from the registry; it runs on a CPU), in .venv-compat, with
-# requirements.txt's other pins. The unit tests and every chapter against the stored outputs.
+# requirements.txt's other pins, but triton's: torch's CUDA build pins its own (2.11: 3.6.0).
+# The unit tests and every chapter against the stored outputs.
 # Two messages that only this machine's CPU run of that build prints go to stderr, where
 # nbval would count them as output: the CUDA toolkit found without a GPU (logged when
 # Inductor loads its C++ builder) and Python 3.13.0's slower guards (Colab has 3.13.x later).
@@ -63,7 +64,8 @@ COMPAT_ENV := TORCH_LOGS=-torch.utils.cpp_extension \
 
 $(COMPAT)/.installed: requirements.txt requirements-data.txt pyproject.toml
 	test -x $(COMPAT)/bin/python || $(COMPAT_PYTHON) -m venv $(COMPAT)
-	sed 's/^torch==.*/torch==$(COMPAT_TORCH)/' requirements.txt > $(COMPAT)/requirements.txt
+	sed -e 's/^torch==.*/torch==$(COMPAT_TORCH)/' -e '/^triton==/d' requirements.txt \
+		> $(COMPAT)/requirements.txt
 	$(COMPAT)/bin/python -m pip install --quiet --disable-pip-version-check \
 		-r $(COMPAT)/requirements.txt
 	$(COMPAT)/bin/python -m pip install --quiet --disable-pip-version-check --no-deps \

@@ -1,5 +1,12 @@
+import os
+
 import pytest
 import torch
+
+# Without CUDA, Triton's kernels (tlm.flash_attention) run in its interpreter, which
+# triton.jit chooses when it wraps them, at `import tlm`: before any test module imports it.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 @pytest.fixture(autouse=True)

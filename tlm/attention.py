@@ -3,6 +3,7 @@
 __all__ = ['scaled_dot_product_attention', 'MultiHeadSelfAttention']
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -52,6 +53,9 @@ def scaled_dot_product_attention(
 
 
 ATTN_IMPLEMENTATIONS = ("eager", "sdpa")
+# more implementations, which later modules add: name -> a function of (q, k, v) that
+# does what MultiHeadSelfAttention.attend does (tlm.flash_attention adds "flash")
+ATTN_KERNELS: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {}
 _SDPA_GQA = torch.__version__ >= "2.5"  # F.scaled_dot_product_attention(enable_gqa=)
 
 
@@ -67,6 +71,7 @@ class MultiHeadSelfAttention(nn.Module):
         rope: a RotaryPositionalEmbedding shared with other layers, instead of theta.
         attn_implementation: "eager" (this chapter's _attend) or "sdpa"
             (F.scaled_dot_product_attention); the two agree to float rounding.
+            Or a name in ATTN_KERNELS ("flash": tlm.flash_attention's kernels).
         num_kv_heads: key/value heads g, dividing h (grouped-query attention; 1 is
             multi-query); query head i reads key/value head i // (h / g). Default h.
         head_dim: d_k of every head, if not d_model / h.
@@ -97,9 +102,10 @@ class MultiHeadSelfAttention(nn.Module):
         if max_seq_len is not None:
             _check_positive_int("max_seq_len", max_seq_len)
         self.max_seq_len = max_seq_len
-        if attn_implementation not in ATTN_IMPLEMENTATIONS:
+        known = ATTN_IMPLEMENTATIONS + tuple(ATTN_KERNELS)
+        if attn_implementation not in known:
             raise ValueError("attn_implementation must be one of "
-                             f"{ATTN_IMPLEMENTATIONS}, got {attn_implementation!r}")
+                             f"{known}, got {attn_implementation!r}")
         self.attn_implementation = attn_implementation
         q_width, kv_width = num_heads * self.d_k, self.num_kv_heads * self.d_k
         kw = dict(device=device, dtype=dtype)
@@ -159,6 +165,8 @@ class MultiHeadSelfAttention(nn.Module):
         """
         n, m = q.shape[-2], k.shape[-2]
         group = q.shape[-3] // k.shape[-3]
+        if self.attn_implementation in ATTN_KERNELS:
+            return ATTN_KERNELS[self.attn_implementation](q, k, v)
         if self.attn_implementation == "sdpa":
             if group > 1 and not _SDPA_GQA:
                 k, v = (t.repeat_interleave(group, dim=-3) for t in (k, v))

@@ -109,7 +109,7 @@ def build() -> dict[str, str]:
         files[f"{module}.py"] = text
         if 'if __name__ == "__main__"' in text:
             raise ExportError(f"chapters/{path.name}: a module of the package is not a script; "
-                              "commands belong in the command line (chapters/22_cli.ipynb)")
+                              "commands belong in the command line (chapters/23_cli.ipynb)")
         if names and module != CLI:
             init_lines.append(f"from .{module} import {', '.join(names)}")
     init = BANNER.format(src="every chapter's default_exp") + '"""tlm: a pre-norm Transformer LM built cell by cell."""\n\n'

@@ -1,0 +1,170 @@
+"""FlashAttention-2: the plain-PyTorch and Triton autograd.Functions against PyTorch's attention.
+
+Without CUDA the Triton kernels run in Triton's interpreter: TRITON_INTERPRET=1 must be set
+before tlm is imported (triton.jit reads it when it wraps the kernels), so this module sets it
+at import when there is no GPU; if another module of the same worker imported tlm first
+without it, the Triton tests are skipped with that reason. Shapes stay small: the interpreter
+runs every program in numpy.
+"""
+
+import os
+
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest
+import torch.nn.functional as F
+
+import tlm
+from tlm import flash_attention as fa
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+TRITON_REASON = fa.triton_unavailable_reason(DEVICE)
+FUNCTIONS = {"pytorch": tlm.get_flashattention_autograd_function_pytorch,
+             "triton": tlm.get_flashattention_autograd_function_triton}
+# Largest |error| allowed against float64: float32 rounding, and bfloat16's 8 bits
+# (the Triton kernels round P to bfloat16 before P V, as FlashAttention does).
+TOL = {torch.float32: 2e-5, torch.bfloat16: 6e-2}
+# (batch, queries, keys, d): none a multiple of the tile (16) but the last; 20 queries over
+# 45 keys are the last 20 positions (causal offset 25); d=24 pads to 32 in the kernels
+SHAPES = [(2, 37, 37, 24), (1, 20, 45, 16), (3, 16, 16, 8), (1, 1, 1, 4)]
+
+
+def _function(name):
+    if name == "triton" and TRITON_REASON is not None:
+        pytest.skip(TRITON_REASON)
+    return FUNCTIONS[name]()
+
+
+def _draw(shape, dtype, seed=0):
+    b, n, m, d = shape
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(b, s, d, generator=g) for s in (n, m, m))
+    grad = torch.randn(b, n, d, generator=g)
+    return [t.to(dtype).to(DEVICE) for t in (q, k, v, grad)]
+
+
+def _oracle(q, k, v, grad, is_causal):
+    """Output and gradients of F.scaled_dot_product_attention in float64 on the CPU."""
+    q, k, v = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
+    n, m = q.shape[1], k.shape[1]
+    mask = torch.ones(n, m, dtype=torch.bool).tril(m - n) if is_causal else None
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    out.backward(grad.cpu().double())
+    return [out.detach(), q.grad, k.grad, v.grad]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+@pytest.mark.parametrize("is_causal", [False, True])
+@pytest.mark.parametrize("dtype", list(TOL), ids=str)
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_output_and_gradients_equal_pytorch_attention(name, dtype, is_causal, shape):
+    function = _function(name)
+    q, k, v, grad = _draw(shape, dtype)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = function.apply(q, k, v, is_causal)
+    out.backward(grad)
+    assert out.dtype == dtype and q.grad.dtype == dtype
+    expected = _oracle(q, k, v, grad, is_causal)
+    for got, want in zip([out, q.grad, k.grad, v.grad], expected, strict=True):
+        err = (got.detach().cpu().double() - want).abs().max().item()
+        assert err < TOL[dtype], err
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_one_logsumexp_saved_and_it_is_the_logsumexp(name):
+    function = _function(name)
+    q, k, v, _ = _draw((2, 21, 21, 8), torch.float32)
+    out = function.apply(q.requires_grad_(), k, v, True)
+    lse = [t for t in out.grad_fn.saved_tensors if t.shape == (2, 21)]
+    assert len(lse) == 1
+    scores = (q.double() @ k.double().transpose(1, 2)) / 8 ** 0.5
+    scores = scores.cpu().masked_fill(torch.ones(21, 21, dtype=torch.bool).triu(1), -torch.inf)
+    torch.testing.assert_close(lse[0].cpu().double(), scores.logsumexp(-1), atol=1e-5,
+                               rtol=0)
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_a_large_score_does_not_overflow(name):
+    """Scores of 1e3 (e^1000 overflows float32): the running maximum keeps exponents <= 0."""
+    function = _function(name)
+    q, k, v, grad = _draw((1, 33, 33, 16), torch.float32)
+    q = q * 60
+    out = function.apply(q, k, v, False)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.cpu().double(), _oracle(q, k, v, grad, False)[0],
+                               atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["float32", "bfloat16"])
+def test_pytorch_function_compiled_equals_eager(mode):
+    """torch 2.11's capture of autograd.Function (tests/test_compile.py), aot_eager."""
+    torch._dynamo.reset()
+    fn = tlm.FlashAttentionPyTorch.apply
+    q, k, v, _ = _draw((2, 37, 37, 24), torch.float32)
+
+    def run(f):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode == "bfloat16"):
+            out = f(*(t.to(torch.bfloat16) if mode == "bfloat16" else t for t in leaves),
+                    True)
+        upstream = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+        (out.float() * upstream).sum().backward()
+        return [out.detach().float()] + [t.grad for t in leaves]
+
+    eager, compiled = run(fn), run(torch.compile(fn, backend="aot_eager"))
+    assert all(g.abs().max() > 0 for g in eager[1:])
+    for e, c in zip(eager, compiled, strict=True):
+        assert ((c - e).norm() / e.norm()).item() < {"float32": 1e-5, "bfloat16": 1e-2}[mode]
+
+
+def test_flash_attention_in_the_model_equals_eager():
+    if TRITON_REASON is not None:
+        pytest.skip(TRITON_REASON)
+    torch.manual_seed(0)
+    config = dict(vocab_size=32, context_length=24, d_model=32, num_layers=1, num_heads=4,
+                  d_ff=64, rope_theta=10_000.0, num_kv_heads=2)
+    eager = tlm.TransformerLM(**config)
+    flash = tlm.TransformerLM(**config, attn_implementation="flash")
+    flash.load_state_dict(eager.state_dict())
+    eager, flash = eager.to(DEVICE), flash.to(DEVICE)
+    ids = torch.randint(0, 32, (2, 19)).to(DEVICE)
+    torch.testing.assert_close(flash(ids), eager(ids), atol=1e-5, rtol=1e-5)
+    # fewer queries than keys, as generation with a cache asks: the last 5 of 19 positions
+    attn_e, attn_f = eager.layers[0].attn, flash.layers[0].attn
+    x = torch.randn(2, 19, 32).to(DEVICE)
+    q, k, v = attn_e.project(x)
+    torch.testing.assert_close(attn_f.attend(q[..., -5:, :], k, v),
+                               attn_e.attend(q[..., -5:, :], k, v), atol=1e-5, rtol=1e-5)
+
+
+def test_flash_is_refused_with_a_reason_where_triton_cannot_run(monkeypatch):
+    attn = tlm.MultiHeadSelfAttention(16, 2, attn_implementation="flash")
+    x = torch.randn(1, 5, 16)
+    monkeypatch.setattr(fa, "INTERPRETED", False)
+    with pytest.raises(ValueError, match="attn_implementation='flash': Triton runs on "
+                                           "CUDA, or on the CPU if TRITON_INTERPRET=1"):
+        attn(x)
+    monkeypatch.setattr(fa, "triton", None)
+    with pytest.raises(ValueError, match=r"Triton is not installed \(pip install"):
+        attn(x)
+    with pytest.raises(ValueError, match="Triton is not installed"):
+        tlm.FlashAttentionTriton.apply(x, x, x, False)
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_bad_input_is_refused_naming_it(name):
+    function = FUNCTIONS[name]()
+    q = torch.randn(1, 4, 8)
+    with pytest.raises(ValueError, match=r"k, v \(batch, m, d\) must agree"):
+        function.apply(q, q[:, :, :4], q, False)
+    with pytest.raises(ValueError, match="q must be a floating-point tensor"):
+        function.apply(q[0], q, q, False)
+    with pytest.raises(ValueError, match="n <= m when causal"):
+        function.apply(q, q[:, :2], q[:, :2], True)
+    with pytest.raises(ValueError, match="share a dtype"):
+        function.apply(q, q.double(), q, False)
+    with pytest.raises(TypeError, match="is_causal must be a bool"):
+        function.apply(q, q, q, 1)
