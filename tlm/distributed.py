@@ -517,7 +517,7 @@ class DistributedRuntime(Runtime):
     def mean(self, value: Tensor) -> Tensor:
         if self.world_size == 1:
             return value
-        value = value.to(torch.float32)
+        value = value.to(torch.float32, copy=True)  # all_reduce sums in place
         dist.all_reduce(value)
         return value / self.world_size
 
@@ -543,10 +543,6 @@ class DistributedRuntime(Runtime):
                 "scaler": self.scaler.state_dict()}
 
     def load_state_dict(self, model: torch.nn.Module, optimizer, state: dict) -> None:
-        if state["config"].get("fsdp", False) != self.fsdp:  # the moments' layout
-            how = "without" if self.fsdp else "with"
-            path = Path(self.config["out_dir"], "checkpoint.pt")
-            raise ValueError(f"--resume: {path} was trained {how} --fsdp: resume it so")
         if self.fsdp:
             set_optimizer_state_dict(model, optimizer, state["optimizer"],
                                      options=_WHOLE)

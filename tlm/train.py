@@ -354,8 +354,8 @@ def load_tokens(path, vocab_size: int) -> np.ndarray:
 class Runtime:
     """Where and how the loop's work runs: here one process, one device, float32.
 
-    The loop calls a runtime at the points below, and nowhere else decides how the
-    work is spread over processes or rounded; the chapter "Training on many devices"
+    The loop leaves to a runtime, at the points below, all that depends on how many
+    processes train and in what precision; the chapter "Training on many devices"
     writes one for several processes and 16-bit arithmetic. train_model runs a config
     with the first class in RUNTIMES that accepts it.
     """
@@ -380,7 +380,7 @@ class Runtime:
         return self.writes
 
     def wrap(self, model: torch.nn.Module) -> torch.nn.Module:
-        """The module that computes the loss; `model` keeps the weights."""
+        """The module whose forward pass the loop runs; `model` keeps the weights."""
         return model
 
     def micro_batch(self, net: torch.nn.Module, last: bool):
@@ -450,13 +450,14 @@ def _train(config: dict, resume: bool, progress: bool) -> dict | None:
     run = _Run(config, runtime, state)
     B, T, A = config["batch_size"], config["context_length"], config["grad_accum_steps"]
     end = config["steps"] if config["stop_at"] is None else config["stop_at"]
-    due = run.step % config["eval_every"] == 0 or run.step in (0, end)
-    if runtime.agree(due and (run.last is None or run.last["step"] < run.step)):
-        run.validate(model, valid, lengths)  # step 0's, or one a stopped run missed
-    flops = 3 * forward_flops(**{**config, "batch_size": 1}) / T  # per token trained
-    peak = config["peak_tflops"] * 1e12 if config["peak_tflops"] else peak_flops(device)
-    tick, done = time.perf_counter(), 0
-    deadline = tick + 60 * (config["max_minutes"] or math.inf)  # None: no limit
+    # step 0's evaluation, or the one a run stopped while evaluating did not log (only
+    # the process that writes reads the log: its answer counts)
+    unlogged = run.last is None or run.last["step"] < run.step
+    if runtime.agree(unlogged and (run.step % config["eval_every"] == 0
+                                   or run.step in (0, end))):
+        run.validate(model, valid, lengths)
+    run.restart_clock()
+    deadline = time.perf_counter() + 60 * (config["max_minutes"] or math.inf)
     with _progress(config["steps"], run.step, progress and runtime.writes) as bar:
         while run.step < end:
             lr = get_lr_cosine_schedule(run.step, config["lr"], config["min_lr"],
@@ -473,7 +474,7 @@ def _train(config: dict, resume: bool, progress: bool) -> dict | None:
                     runtime.backward(part)
                 loss = loss + part.detach()
             runtime.step(model, opt, config["grad_clip"])
-            run.step, done = run.step + 1, done + 1
+            run.step += 1
             bar.update(1)
             stop = run.step == end or time.perf_counter() > deadline
             if config["max_minutes"]:  # rank 0's clock decides
@@ -485,18 +486,7 @@ def _train(config: dict, resume: bool, progress: bool) -> dict | None:
                 run.check_loss(value)
             if not any(due):
                 continue
-            now = time.perf_counter()
-            run.elapsed += now - tick
-            rate = done * runtime.world_size * A * B * T / (now - tick)  # all processes
-            tick, done = now, 0
-            entry = {"step": run.step, "loss": value, "lr": lr, "tokens_per_s": rate,
-                     "elapsed_s": run.elapsed}
-            shown = dict(loss=f"{value:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
-            if peak:  # none on a CPU: its peak is not a meaningful yardstick
-                entry["mfu"] = rate * flops / (peak * runtime.world_size)
-                shown["mfu"] = f"{entry['mfu']:.1%}"
-            run.record(entry)
-            bar.set_postfix(**shown)
+            run.report(value, lr, bar)  # loss, learning rate, tokens per second, MFU
             if due[2]:
                 run.save(model, opt, samplers)
             if due[1]:
@@ -504,7 +494,7 @@ def _train(config: dict, resume: bool, progress: bool) -> dict | None:
                 _warn_if_not_learning(run, value, bar)
             if stop:
                 break
-            tick = time.perf_counter()
+            run.restart_clock()  # the rate counts training, not saving or scoring
     if runtime.writes and importlib.util.find_spec("matplotlib") is not None:
         plot_log(run.log_path, Path(config["out_dir"]) / "loss.png")  # optional
     return run.last if runtime.writes else None
@@ -580,6 +570,9 @@ def _resumed_state(config: dict, ckpt_path: Path) -> dict:
         raise ValueError(f"{ckpt_path} was trained with other settings: " + ", "
                          .join(f"{k}={a!r} there, {b!r} here"
                                for k, (a, b) in changed.items()))
+    if state["config"].get("fsdp", False) != config["fsdp"]:  # the optimizer's layout
+        how = "with" if state["config"].get("fsdp", False) else "without"
+        raise ValueError(f"--resume: {ckpt_path} was trained {how} --fsdp: resume it so")
     if config["stop_at"] is not None and config["stop_at"] < state["iteration"]:
         raise ValueError(f"--stop-at {config['stop_at']}: the run is already at "
                          f"step {state['iteration']}")
@@ -640,6 +633,33 @@ class _Run:
         if self.first_loss is None:  # a checkpoint of an older tlm: the first logged
             self.first_loss = next((r["loss"] for r in records if "loss" in r), None)
         self.last = next((r for r in reversed(records) if "val_loss" in r), None)
+        T = config["context_length"]
+        self.tokens_per_step = (runtime.world_size * config["grad_accum_steps"]
+                                * config["batch_size"] * T)  # over all processes
+        self.flops_per_token = 3 * forward_flops(**{**config, "batch_size": 1}) / T
+        self.peak = (config["peak_tflops"] * 1e12 if config["peak_tflops"]
+                     else peak_flops(runtime.device))  # FLOP/s of one device, or None
+
+    def restart_clock(self) -> None:
+        self.tick, self.first_timed = time.perf_counter(), self.step
+
+    def report(self, loss: float, lr: float, bar) -> None:
+        """Log the loss and learning rate of this step, the tokens trained per second
+        since the clock restarted, and the model FLOPs utilization if the peak is known
+        (not on a CPU, whose peak is no meaningful yardstick)."""
+        now = time.perf_counter()
+        self.elapsed += now - self.tick
+        rate = (self.step - self.first_timed) * self.tokens_per_step / (now - self.tick)
+        entry = {"step": self.step, "loss": loss, "lr": lr, "tokens_per_s": rate,
+                 "elapsed_s": self.elapsed}
+        shown = dict(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{rate:,.0f}")
+        if self.peak:
+            entry["mfu"] = rate * self.flops_per_token / (self.peak
+                                                          * self.runtime.world_size)
+            shown["mfu"] = f"{entry['mfu']:.1%}"
+        self.record(entry)
+        bar.set_postfix(**shown)
+        self.tick, self.first_timed = now, self.step
 
     def record(self, entry: dict) -> None:
         if self.runtime.writes:
