@@ -572,7 +572,8 @@ def _resumed_state(config: dict, ckpt_path: Path) -> dict:
                                for k, (a, b) in changed.items()))
     if state["config"].get("fsdp", False) != config["fsdp"]:  # the optimizer's layout
         how = "with" if state["config"].get("fsdp", False) else "without"
-        raise ValueError(f"--resume: {ckpt_path} was trained {how} --fsdp: resume it so")
+        raise ValueError(f"--resume: {ckpt_path} was trained {how} --fsdp: resume it "
+                         "so")
     if config["stop_at"] is not None and config["stop_at"] < state["iteration"]:
         raise ValueError(f"--stop-at {config['stop_at']}: the run is already at "
                          f"step {state['iteration']}")
