@@ -377,11 +377,11 @@ import sys
 
 import torch
 
-import tlm.train
+import tlm.distributed
 
 # FSDP2 builds its default device mesh on the machine's accelerator: here, CUDA
 torch._C._get_accelerator = lambda *args, **kwargs: torch.device("cuda")
-shard = tlm.train.fully_shard
+shard = tlm.distributed.fully_shard
 
 
 def fully_shard(module, **kwargs):
@@ -392,7 +392,7 @@ def fully_shard(module, **kwargs):
     return shard(module, **kwargs)
 
 
-tlm.train.fully_shard = fully_shard
+tlm.distributed.fully_shard = fully_shard
 from tlm.cli import main
 
 sys.exit(main(["train", *sys.argv[1:]]))

@@ -168,3 +168,14 @@ def test_bad_input_is_refused_naming_it(name):
         function.apply(q, q.double(), q, False)
     with pytest.raises(TypeError, match="is_causal must be a bool"):
         function.apply(q, q, q, 1)
+
+
+def test_the_triton_kernels_refuse_a_dtype_they_cannot_compute_in():
+    """float64 compiles on no GPU (the loop's float32 statistics would be reassigned
+    float64) and the interpreter would compute it in float32: refused, named."""
+    q = torch.randn(1, 16, 16, dtype=torch.float64)
+    with pytest.raises(TypeError, match="must be float32, bfloat16 or float16 for the "
+                                        "Triton kernels, got torch.float64"):
+        tlm.get_flashattention_autograd_function_triton().apply(q, q, q, False)
+    o = tlm.get_flashattention_autograd_function_pytorch().apply(q, q, q, False)
+    assert o.dtype == torch.float64  # the PyTorch version takes it (computing in float32)
