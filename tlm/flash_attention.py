@@ -326,8 +326,8 @@ class FlashAttentionTriton(torch.autograd.Function):
         if (reason := triton_unavailable_reason(q.device)) is not None:
             raise ValueError(reason)
         if q.dtype not in (torch.float32, torch.bfloat16, torch.float16):
-            raise TypeError("q, k, v must be float32, bfloat16 or float16 for the Triton "
-                            f"kernels, got {q.dtype}")
+            raise TypeError("q, k, v must be float32, bfloat16 or float16 for the "
+                            f"Triton kernels, got {q.dtype}")
         q, k, v = (t.contiguous() for t in (q, k, v))
         o = torch.empty_like(q)
         lse = torch.empty(q.shape[:2], device=q.device, dtype=torch.float32)
