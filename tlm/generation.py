@@ -12,7 +12,7 @@ from tlm.attention import MultiHeadSelfAttention
 from tlm.model import TransformerLM
 from tlm.softmax import softmax
 from tlm.utils import (_check_index_tensor, _check_int, _check_number,
-                       _check_positive_int)
+                       _check_positive_int, _values_checked_once)
 
 
 def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
@@ -109,6 +109,8 @@ class KVCache:
     shows the wrappers' names.)
     """
 
+    layer_type = LayerKVCache  # the wrapper of each attention layer
+
     def __init__(self, model: TransformerLM, capacity: int | None = None):
         if not isinstance(model, TransformerLM):
             raise TypeError("model must be a tlm.TransformerLM, "
@@ -120,7 +122,7 @@ class KVCache:
             raise ValueError(f"capacity must be at most context_length="
                              f"{model.context_length}, got {capacity}")
         self.model = model
-        self.layers = [LayerKVCache(block.attn, capacity) for block in model.layers]
+        self.layers = [self.layer_type(block.attn, capacity) for block in model.layers]
 
     def __enter__(self) -> "KVCache":
         for block, layer in zip(self.model.layers, self.layers):
@@ -157,22 +159,9 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     recomputes the window at every step; so does the cache once the window slides, so
     that both give the same tokens.
     """
-    V, T = model.vocab_size, model.context_length
-    _check_index_tensor("prompt_ids", prompt_ids, V, "vocab_size")
-    if prompt_ids.ndim not in (1, 2) or prompt_ids.shape[-1] == 0:
-        raise ValueError("prompt_ids must have shape (seq,) or (batch, seq), seq >= 1, "
-                         f"got {tuple(prompt_ids.shape)}")
-    _check_int("max_new_tokens", max_new_tokens, minimum=0)
-    greedy_or_more = "a number >= 0 (0 = greedy)"
-    if not 0 <= _check_number("temperature", temperature, greedy_or_more) < math.inf:
-        raise ValueError(f"temperature must be {greedy_or_more}, got {temperature!r}")
-    if top_p is not None and not 0 < _check_number("top_p", top_p, "in (0, 1]") <= 1:
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-    if top_k is not None:
-        _check_int("top_k", top_k, minimum=1)
-    if eos_id is not None and _check_int("eos_id", eos_id, minimum=0) >= V:
-        raise ValueError(f"eos_id must be an int in [0, vocab_size={V}) or None, "
-                         f"got {eos_id!r}")
+    _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature, top_p,
+                              eos_id, top_k)
+    T = model.context_length
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
     was_training = model.training
@@ -197,3 +186,143 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     finally:
         model.train(was_training)
     return ids.reshape(*prompt_ids.shape[:-1], -1)
+
+
+def _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature, top_p,
+                              eos_id, top_k) -> None:
+    """generate's checks: ValueError or TypeError naming the argument."""
+    V = model.vocab_size
+    _check_index_tensor("prompt_ids", prompt_ids, V, "vocab_size")
+    if prompt_ids.ndim not in (1, 2) or prompt_ids.shape[-1] == 0:
+        raise ValueError("prompt_ids must have shape (seq,) or (batch, seq), seq >= 1, "
+                         f"got {tuple(prompt_ids.shape)}")
+    _check_int("max_new_tokens", max_new_tokens, minimum=0)
+    greedy_or_more = "a number >= 0 (0 = greedy)"
+    if not 0 <= _check_number("temperature", temperature, greedy_or_more) < math.inf:
+        raise ValueError(f"temperature must be {greedy_or_more}, got {temperature!r}")
+    if top_p is not None and not 0 < _check_number("top_p", top_p, "in (0, 1]") <= 1:
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    if top_k is not None:
+        _check_int("top_k", top_k, minimum=1)
+    if eos_id is not None and _check_int("eos_id", eos_id, minimum=0) >= V:
+        raise ValueError(f"eos_id must be an int in [0, vocab_size={V}) or None, "
+                         f"got {eos_id!r}")
+
+
+_generate_plain = generate  # the loop above: the oracle, and use_cache=False
+
+
+class _StaticLayerKVCache(LayerKVCache):
+    """A LayerKVCache of fixed shapes, for a step that is compiled once.
+
+    The caller gives every call its positions, (seq,) on the model's device: the new keys
+    and values are written at those slots of storage for `capacity` positions (zeros
+    first), and the queries attend over all the slots, with -inf on the slots after each
+    query's position. No shape depends on the length so far, and nothing is read back to
+    the host.
+    """
+
+    def forward(self, x: Tensor, token_positions: Tensor) -> Tensor:
+        q, k, v = self.attn.project(x, token_positions)
+        if self.k is None or self.k.shape[:-2] != k.shape[:-2] or self.k.dtype != k.dtype:
+            shape = (*k.shape[:-2], self.capacity, k.shape[-1])
+            self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
+            self.slots = torch.arange(self.capacity, device=k.device)
+            for t in (self.k, self.v):  # fixed addresses, for CUDA graphs
+                torch._dynamo.mark_static_address(t)
+        self.k.index_copy_(-2, token_positions, k)
+        self.v.index_copy_(-2, token_positions, v)
+        later = self.slots > token_positions[:, None]  # (seq, capacity)
+        bias = torch.zeros(later.shape, dtype=q.dtype, device=q.device)
+        bias = bias.masked_fill(later, float("-inf"))
+        return self.attn.merge(self.attn.attend(q, self.k, self.v, bias))
+
+
+class _StaticKVCache(KVCache):
+    """KVCache with _StaticLayerKVCache layers: every call of the model must pass
+    token_positions."""
+
+    layer_type = _StaticLayerKVCache
+
+
+def _last_logits(model: TransformerLM, ids: Tensor, positions: Tensor) -> Tensor:
+    """Logits of the last position of ids (batch, seq) at `positions` (seq,)."""
+    return model(ids, positions)[:, -1]
+
+
+_EOS_CHECK_EVERY = 16  # steps between two reads of "has every sequence finished?"
+_COMPILED = {}  # one compiled step per device type: compiling is slow, calls are not
+
+
+def _compiled_step(device: torch.device):
+    """_last_logits compiled whole: with CUDA graphs on CUDA, with Inductor's
+    defaults elsewhere."""
+    if device.type not in _COMPILED:
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        _COMPILED[device.type] = torch.compile(_last_logits, mode=mode, fullgraph=True,
+                                               dynamic=False)
+    return _COMPILED[device.type]
+
+
+def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
+             temperature: float = 1.0, top_p: float | None = None,
+             eos_id: int | None = None, generator: torch.Generator | None = None,
+             use_cache: bool = True, top_k: int | None = None,
+             compile: bool = False) -> Tensor:
+    """Extend prompt_ids (seq,) or (batch, seq) by max_new_tokens; return all ids.
+
+    The same tokens as the plain loop above (`_generate_plain`), with its arguments, from
+    a cache of fixed size: the arguments are checked once, the ids are written into one
+    tensor, and a step reads nothing back to the host (sampling with a CPU generator
+    does; with eos_id, whether every sequence has finished is read every
+    _EOS_CHECK_EVERY steps). compile=True runs the one-token step through torch.compile (CUDA graphs on
+    CUDA); it needs the cache. use_cache=False is the plain loop.
+    """
+    if not isinstance(compile, bool):
+        raise TypeError(f"compile must be a bool, got {type(compile).__name__}")
+    if compile and use_cache is False:
+        raise ValueError("compile=True needs use_cache=True (a step of fixed shape), "
+                         "got use_cache=False")
+    if not use_cache:
+        return _generate_plain(model, prompt_ids, max_new_tokens, temperature, top_p,
+                               eos_id, generator, use_cache, top_k)
+    _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature, top_p,
+                              eos_id, top_k)
+    T = model.context_length
+    ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
+    (B, P), device = ids.shape, ids.device
+    out = ids.new_empty(B, P + max_new_tokens)
+    out[:, :P] = ids
+    finished = torch.zeros(B, dtype=torch.bool, device=device)
+    window = torch.arange(T, device=device)  # positions of a full window
+    step = _compiled_step(device) if compile else _last_logits
+    n = P  # ids so far
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), _StaticKVCache(model), _values_checked_once():
+            for i in range(max_new_tokens):
+                if i > 0 and n <= T:  # one token, at position n - 1
+                    if compile:
+                        torch.compiler.cudagraph_mark_step_begin()
+                    logits = step(model, nxt[:, None], position)
+                    position += 1
+                else:  # the prompt, or past the context: the last T ids, anew
+                    w = min(n, T)
+                    logits = _last_logits(model, out[:, n - w : n], window[:w])
+                    position = window[w - 1 : w] + 1  # the next token's (T: unused)
+                nxt = sample_next(logits, temperature, top_p, generator, top_k)
+                if eos_id is not None:
+                    nxt = nxt.masked_fill(finished, eos_id)
+                    finished |= nxt == eos_id
+                out[:, n] = nxt
+                n += 1
+                if eos_id is not None and n % _EOS_CHECK_EVERY == 0 and bool(finished.all()):
+                    break
+    finally:
+        model.train(was_training)
+    if eos_id is not None and n > P:  # end where the plain loop ends: all finished
+        hit = out[:, P:n] == eos_id
+        if bool(hit.any(dim=1).all()):
+            n = P + 1 + int(hit.int().argmax(dim=1).max())
+    return out[:, :n].reshape(*prompt_ids.shape[:-1], -1)
