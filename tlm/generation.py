@@ -217,10 +217,14 @@ class _StaticLayerKVCache(LayerKVCache):
 
     The caller gives every call its positions, (seq,) on the model's device: the new keys
     and values are written at those slots of storage for `capacity` positions (zeros
-    first), and the queries attend over all the slots, with -inf on the slots after each
-    query's position. No shape depends on the length so far, and nothing is read back to
-    the host.
+    first). With `visible[0]` None the queries attend over all the slots, with -inf on
+    the slots after each query's position: no shape depends on the length so far, and
+    nothing is read back to the host. With visible[0] = n (an int, known to the caller)
+    they attend over the first n slots only, as the last positions of those n, which
+    saves the work on the empty slots where nothing is compiled.
     """
+
+    visible = [None]  # replaced by one list shared by the layers of a _StaticKVCache
 
     def forward(self, x: Tensor, token_positions: Tensor) -> Tensor:
         q, k, v = self.attn.project(x, token_positions)
@@ -232,6 +236,10 @@ class _StaticLayerKVCache(LayerKVCache):
                 torch._dynamo.mark_static_address(t)
         self.k.index_copy_(-2, token_positions, k)
         self.v.index_copy_(-2, token_positions, v)
+        n = self.visible[0]
+        if n is not None:  # the first n slots; the new tokens are their last
+            k, v = self.k[..., :n, :], self.v[..., :n, :]
+            return self.attn.merge(self.attn.attend(q, k, v))
         later = self.slots > token_positions[:, None]  # (seq, capacity)
         bias = torch.zeros(later.shape, dtype=q.dtype, device=q.device)
         bias = bias.masked_fill(later, float("-inf"))
@@ -240,9 +248,15 @@ class _StaticLayerKVCache(LayerKVCache):
 
 class _StaticKVCache(KVCache):
     """KVCache with _StaticLayerKVCache layers: every call of the model must pass
-    token_positions."""
+    token_positions. `visible[0]` sets what every layer attends over."""
 
     layer_type = _StaticLayerKVCache
+
+    def __init__(self, model: TransformerLM, capacity: int | None = None):
+        super().__init__(model, capacity)
+        self.visible = [None]
+        for layer in self.layers:
+            layer.visible = self.visible
 
 
 def _last_logits(model: TransformerLM, ids: Tensor, positions: Tensor) -> Tensor:
@@ -300,15 +314,17 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     was_training = model.training
     model.eval()
     try:
-        with torch.no_grad(), _StaticKVCache(model), _values_checked_once():
+        with (torch.no_grad(), _StaticKVCache(model) as cache,
+              _values_checked_once()):
             for i in range(max_new_tokens):
                 if i > 0 and n <= T:  # one token, at position n - 1
+                    cache.visible[0] = None if compile else n
                     if compile:
                         torch.compiler.cudagraph_mark_step_begin()
                     logits = step(model, nxt[:, None], position)
                     position += 1
                 else:  # the prompt, or past the context: the last T ids, anew
-                    w = min(n, T)
+                    w = cache.visible[0] = min(n, T)
                     logits = _last_logits(model, out[:, n - w : n], window[:w])
                     position = window[w - 1 : w] + 1  # the next token's (T: unused)
                 nxt = sample_next(logits, temperature, top_p, generator, top_k)
