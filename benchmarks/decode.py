@@ -1,4 +1,4 @@
-"""Decoding speed: tokens/s of tlm.generate (plain, eager, compiled) against Hugging Face.
+"""Decoding speed: tokens/s of tlm.generate (plain, eager, compiled) against HF.
 
 Usage: python benchmarks/decode.py [--device cpu|cuda] [--repeats 5] [--new-tokens 256]
 One prompt of 16 ids, greedy, batch 1. The shape is chosen by the device:
@@ -81,7 +81,8 @@ def measure(device: torch.device, repeats: int = 5, new_tokens: int = 256,
                      f"{statistics.median(t) / hf_s:10.3f} {paired:12.3f} "
                      f"{str(same):>30s}")
     if compile_s is not None:
-        lines.append(f"compiling (the first call, with its {n} tokens): {compile_s:.1f} s")
+        lines.append(f"compiling (the first call, with its {n} tokens): "
+                     f"{compile_s:.1f} s")
     return lines
 
 

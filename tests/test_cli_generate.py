@@ -10,8 +10,9 @@ from tlm.generation import _last_logits
 
 @pytest.fixture
 def traced_step(monkeypatch):
-    """The step captured whole by Dynamo (fullgraph), without Inductor's code generation,
-    so that the test takes seconds; tests/test_generation.py runs Inductor itself."""
+    """The step captured whole by Dynamo (fullgraph), without Inductor's code
+    generation, so that the test takes seconds; tests/test_generation.py runs Inductor
+    itself."""
     step = torch.compile(_last_logits, backend="eager", fullgraph=True, dynamic=False)
     calls = []
     monkeypatch.setitem(tlm.generation._COMPILED, "cpu",

@@ -305,7 +305,8 @@ def test_the_fast_loop_reads_nothing_from_the_device_while_greedy(monkeypatch):
 
     def enter(self):
         for name in ("__bool__", "item", "tolist"):
-            monkeypatch.setattr(torch.Tensor, name, lambda *a, name=name: calls.append(name))
+            monkeypatch.setattr(torch.Tensor, name,
+                                lambda *a, name=name: calls.append(name))
         return original(self)
     monkeypatch.setattr(tlm.generation._StaticKVCache, "__enter__", enter)
     out = tlm.generate(model, prompt, 12, temperature=0)
@@ -319,7 +320,8 @@ def test_compiled_step_with_inductor_gives_the_same_tokens():
     model = tlm.TransformerLM(**{**CFG, "num_layers": 1, "context_length": 16})
     prompt = torch.randint(0, 300, (1, 3))
     expected = _generate_plain(model, prompt, 20, temperature=0)
-    assert torch.equal(tlm.generate(model, prompt, 20, temperature=0, compile=True), expected)
+    out = tlm.generate(model, prompt, 20, temperature=0, compile=True)
+    assert torch.equal(out, expected)
 
 
 def test_compile_refuses_bad_values():
