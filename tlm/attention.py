@@ -157,7 +157,8 @@ class MultiHeadSelfAttention(nn.Module):
         """Causal attention of n queries (the last n of m positions) over m keys.
 
         q has h heads, k and v have g: each key/value head serves h / g query heads.
-        bias (n, m), 0 or -inf, replaces the causal mask (a cache of fixed size uses it).
+        bias (n, m), 0 or -inf, replaces the causal mask (a cache of fixed size uses
+        it).
         """
         n, m = q.shape[-2], k.shape[-2]
         group = q.shape[-3] // k.shape[-3]

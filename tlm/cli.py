@@ -263,9 +263,9 @@ def _add_generate(sub) -> None:
                    help="default: $TLM_DEVICE, else cuda, else mps, else cpu")
     p.add_argument("--no-cache", action="store_true", help="recompute the window at "
                    "every step (slower; the same tokens up to rounding)")
-    p.add_argument("--compile", action="store_true", help="compile the one-token step "
-                   "with torch.compile (CUDA graphs on CUDA): faster per token, after a "
-                   "first call that waits for the compiler")
+    p.add_argument("--compile", action="store_true", help="compile the one-token "
+                   "step with torch.compile (CUDA graphs on CUDA): faster per token, "
+                   "after a first call that waits for the compiler")
     p.set_defaults(run=_generate)
 
 

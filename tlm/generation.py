@@ -215,9 +215,9 @@ _generate_plain = generate  # the loop above: the oracle, and use_cache=False
 class _StaticLayerKVCache(LayerKVCache):
     """A LayerKVCache of fixed shapes, for a step that is compiled once.
 
-    The caller gives every call its positions, (seq,) on the model's device: the new keys
-    and values are written at those slots of storage for `capacity` positions (zeros
-    first). With `visible[0]` None the queries attend over all the slots, with -inf on
+    The caller gives every call its positions, (seq,) on the model's device: the new
+    keys and values are written at those slots of storage for `capacity` positions
+    (zeros first). With `visible[0]` None the queries attend over all the slots, with -inf on
     the slots after each query's position: no shape depends on the length so far, and
     nothing is read back to the host. With visible[0] = n (an int, known to the caller)
     they attend over the first n slots only, as the last positions of those n, which
@@ -228,7 +228,8 @@ class _StaticLayerKVCache(LayerKVCache):
 
     def forward(self, x: Tensor, token_positions: Tensor) -> Tensor:
         q, k, v = self.attn.project(x, token_positions)
-        if self.k is None or self.k.shape[:-2] != k.shape[:-2] or self.k.dtype != k.dtype:
+        if (self.k is None or self.k.shape[:-2] != k.shape[:-2]
+                or self.k.dtype != k.dtype):  # storage for this batch and dtype
             shape = (*k.shape[:-2], self.capacity, k.shape[-1])
             self.k, self.v = k.new_zeros(shape), v.new_zeros(shape)
             self.slots = torch.arange(self.capacity, device=k.device)
@@ -285,16 +286,17 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
              compile: bool = False) -> Tensor:
     """Extend prompt_ids (seq,) or (batch, seq) by max_new_tokens; return all ids.
 
-    The same tokens as the plain loop above (`_generate_plain`), with its arguments, from
-    a cache of fixed size: the arguments are checked once, the ids are written into one
+    The same tokens as the plain loop above (`_generate_plain`), with its arguments,
+    from a cache of fixed size: the arguments are checked once, the ids are written into one
     tensor, and a step reads nothing back to the host (sampling with a CPU generator
     does; with eos_id, whether every sequence has finished is read every
-    _EOS_CHECK_EVERY steps). compile=True runs the one-token step through torch.compile (CUDA graphs on
-    CUDA); it needs the cache. use_cache=False is the plain loop.
+    _EOS_CHECK_EVERY steps). compile=True runs the one-token step through
+    torch.compile (CUDA graphs on CUDA); it needs the cache. use_cache=False is the
+    plain loop.
     """
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be a bool, got {type(compile).__name__}")
-    if compile and use_cache is False:
+    if compile and not use_cache:
         raise ValueError("compile=True needs use_cache=True (a step of fixed shape), "
                          "got use_cache=False")
     if not use_cache:
@@ -333,7 +335,8 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                     finished |= nxt == eos_id
                 out[:, n] = nxt
                 n += 1
-                if eos_id is not None and n % _EOS_CHECK_EVERY == 0 and bool(finished.all()):
+                if (eos_id is not None and n % _EOS_CHECK_EVERY == 0
+                        and bool(finished.all())):
                     break
     finally:
         model.train(was_training)
