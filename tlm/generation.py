@@ -217,11 +217,11 @@ class _StaticLayerKVCache(LayerKVCache):
 
     The caller gives every call its positions, (seq,) on the model's device: the new
     keys and values are written at those slots of storage for `capacity` positions
-    (zeros first). With `visible[0]` None the queries attend over all the slots, with -inf on
-    the slots after each query's position: no shape depends on the length so far, and
-    nothing is read back to the host. With visible[0] = n (an int, known to the caller)
-    they attend over the first n slots only, as the last positions of those n, which
-    saves the work on the empty slots where nothing is compiled.
+    (zeros first). With `visible[0]` None the queries attend over all the slots, with
+    -inf on the slots after each query's position: no shape depends on the length so
+    far, and nothing is read back to the host. With visible[0] = n (an int, known to the
+    caller) they attend over the first n slots only, as the last positions of those n,
+    which saves the work on the empty slots where nothing is compiled.
     """
 
     visible = [None]  # replaced by one list shared by the layers of a _StaticKVCache
@@ -287,8 +287,8 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     """Extend prompt_ids (seq,) or (batch, seq) by max_new_tokens; return all ids.
 
     The same tokens as the plain loop above (`_generate_plain`), with its arguments,
-    from a cache of fixed size: the arguments are checked once, the ids are written into one
-    tensor, and a step reads nothing back to the host (sampling with a CPU generator
+    from a cache of fixed size: the arguments are checked once, the ids are written into
+    one tensor, and a step reads nothing back to the host (sampling with a CPU generator
     does; with eos_id, whether every sequence has finished is read every
     _EOS_CHECK_EVERY steps). compile=True runs the one-token step through
     torch.compile (CUDA graphs on CUDA); it needs the cache. use_cache=False is the
