@@ -236,3 +236,100 @@ def test_top_k_then_top_p_and_draws_stay_inside():
         tlm.generate(model, torch.tensor([1, 2]), 5, top_k=0)
     with pytest.raises(TypeError, match="top_k must be a positive int, got float"):
         tlm.generate(model, torch.tensor([1, 2]), 5, top_k=2.0)
+
+
+# ---- the decoding loop of fixed shapes, and its compiled step ----
+
+from tlm.generation import generate_plain, _last_logits  # noqa: E402
+
+
+@pytest.fixture
+def traced_step(monkeypatch):
+    """compile=True with Dynamo's capture of the whole step (fullgraph) but no code
+    generation: what the compiled path computes, in a fraction of a second."""
+    step = torch.compile(_last_logits, backend="eager", fullgraph=True, dynamic=False)
+    monkeypatch.setitem(tlm.generation._COMPILED, "cpu", step)
+    return step
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_fixed_size_cache_gives_the_plain_loops_tokens(impl, traced_step):
+    """Greedy and seeded sampling, within and past the context (8), batch 2, grouped-query
+    attention: the fast loop (eager, and with the step captured whole) equals the plain
+    loop with and without its cache."""
+    torch.manual_seed(1)
+    model = tlm.TransformerLM(**{**CFG, "context_length": 8}, dtype=torch.float64,
+                              attn_implementation=impl, num_kv_heads=2)
+    for prompt_len, kw in ((1, dict(temperature=0)), (5, dict(temperature=0)),
+                           (3, dict(temperature=1.0, top_p=0.95, top_k=50)),
+                           (8, dict(temperature=0)), (20, dict(temperature=0.7))):
+        prompt = torch.randint(0, 300, (2, prompt_len))
+
+        def run(fn, **more):
+            g = torch.Generator().manual_seed(prompt_len)
+            return fn(model, prompt, 12, generator=g, **kw, **more)
+        oracle = run(generate_plain, use_cache=False)
+        assert torch.equal(run(generate_plain), oracle)
+        assert torch.equal(run(tlm.generate), oracle)
+        assert torch.equal(run(tlm.generate, compile=True), oracle)
+        assert torch.equal(run(tlm.generate, use_cache=False), oracle)
+
+
+def test_fixed_size_cache_stops_at_the_end_token_where_the_plain_loop_does(traced_step):
+    """The end token is read back every few steps only; the result ends where the plain
+    loop's ends, for every place of the last sequence's end token."""
+    model = make_model()
+    prompt = torch.randint(0, 300, (2, 4))
+    free = generate_plain(model, prompt, 24, temperature=0)
+    lengths = set()
+    for rows in (prompt, prompt[1:]):  # two sequences, and the second alone
+        for k in (0, 11, 12, 13):  # the loop reads every 16 ids: after 12 new ones
+            eos = int(free[1, 4 + k])
+            expected = generate_plain(model, rows, 24, temperature=0, eos_id=eos)
+            lengths.add(expected.shape[-1])
+            assert torch.equal(tlm.generate(model, rows, 24, temperature=0, eos_id=eos),
+                               expected)
+            assert torch.equal(tlm.generate(model, rows, 24, temperature=0, eos_id=eos,
+                                            compile=True), expected)
+    assert len(lengths) > 2  # it stopped early, at several places
+
+
+def test_the_fast_loop_reads_nothing_from_the_device_while_greedy(monkeypatch):
+    """No .item(), .tolist() or bool(tensor) inside the loop: the loop runs with
+    Tensor.__bool__, item and tolist refused after the arguments are checked."""
+    model = make_model()
+    prompt = torch.randint(0, 300, (1, 3))
+    expected = generate_plain(model, prompt, 12, temperature=0)
+    calls = []
+    original = tlm.generation._StaticKVCache.__enter__
+
+    def enter(self):
+        for name in ("__bool__", "item", "tolist"):
+            monkeypatch.setattr(torch.Tensor, name,
+                                lambda *a, name=name: calls.append(name))
+        return original(self)
+    monkeypatch.setattr(tlm.generation._StaticKVCache, "__enter__", enter)
+    out = tlm.generate(model, prompt, 12, temperature=0)
+    monkeypatch.undo()
+    assert calls == [] and torch.equal(out, expected)
+
+
+def test_compiled_step_with_inductor_gives_the_same_tokens():
+    """The real compiler (Inductor's C++ code on the CPU) on a one-layer model."""
+    torch.manual_seed(0)
+    model = tlm.TransformerLM(**{**CFG, "num_layers": 1, "context_length": 16})
+    prompt = torch.randint(0, 300, (1, 3))
+    expected = generate_plain(model, prompt, 20, temperature=0)
+    out = tlm.generate(model, prompt, 20, temperature=0, compile=True)
+    assert torch.equal(out, expected)
+
+
+def test_compile_refuses_bad_values():
+    model = make_model()
+    prompt = torch.tensor([[1, 2]])
+    with pytest.raises(TypeError, match="compile must be a bool, got str"):
+        tlm.generate(model, prompt, 5, compile="yes")
+    with pytest.raises(TypeError, match="compile must be a bool, got int"):
+        tlm.generate(model, prompt, 5, compile=1)
+    with pytest.raises(ValueError, match="compile=True needs use_cache=True"):
+        tlm.generate(model, prompt, 5, compile=True, use_cache=False)

@@ -424,3 +424,83 @@ def test_adamw_step_flops_counts_the_elementwise_operations_of_algorithm_1():
         with Count():
             opt.step()
     assert tlm.adamw_step_flops(n) == Count.ops * n == 14 * n
+
+
+def _per_parameter_adamw_step(opt):
+    """tlm.AdamW's update written one parameter at a time (the oracle of the foreach one)."""
+    with torch.no_grad():
+        for group in opt.param_groups:
+            lr, (beta1, beta2) = group["lr"], group["betas"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                state = opt.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
+                p.mul_(1 - lr * group["weight_decay"])
+                m.lerp_(p.grad, 1 - beta1)
+                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
+                denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(group["eps"])
+                p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
+
+
+def test_foreach_adamw_equals_the_per_parameter_update_with_groups_and_missing_grads():
+    """Two groups (own lr, decay, betas); some parameters get no gradient on some steps,
+    so their step counts differ; the state keeps its per-parameter layout."""
+    a, b = _twin_models()
+    c = tlm.TransformerLM(**a.config)
+    c.load_state_dict(a.state_dict())
+
+    def groups(model):
+        params = list(model.parameters())
+        return [dict(params=params[::2]), dict(params=params[1::2], lr=3e-3, weight_decay=0.0, betas=(0.8, 0.95))]
+    opt_a = tlm.AdamW(groups(a), lr=1e-2, weight_decay=0.1)
+    opt_b = tlm.AdamW(groups(b), lr=1e-2, weight_decay=0.1)  # stepped by the oracle
+    opt_c = torch.optim.AdamW(groups(c), lr=1e-2, weight_decay=0.1, foreach=False)
+    gen = torch.Generator().manual_seed(2)
+    for i in range(12):
+        ids = torch.randint(0, 40, (4, 9), generator=gen)
+        for model, opt, step in ((a, opt_a, opt_a.step), (b, opt_b, lambda: _per_parameter_adamw_step(opt_b)),
+                                 (c, opt_c, opt_c.step)):
+            opt.zero_grad(set_to_none=True)
+            tlm.cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+            for k, p in enumerate(model.parameters()):
+                if k % 3 == 0 and i % 2 == 0:
+                    p.grad = None  # no gradient this step
+            step()
+    for p, q, r in zip(a.parameters(), b.parameters(), c.parameters()):
+        assert torch.equal(p, q)
+        torch.testing.assert_close(p, r, rtol=1e-6, atol=1e-7)
+    steps = {opt_a.state[p]["step"] for p in a.parameters()}
+    assert len(steps) > 1  # the parameters did not all step together
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert set(opt_a.state[p]) == {"step", "exp_avg", "exp_avg_sq"} and isinstance(opt_a.state[p]["step"], int)
+        assert opt_a.state[p]["step"] == opt_b.state[q]["step"]
+    # a state dict of the per-parameter optimizer loads, and both go on alike
+    opt_d = tlm.AdamW(groups(b), lr=1e-2, weight_decay=0.1)
+    opt_d.load_state_dict(opt_b.state_dict())
+    ids = torch.randint(0, 40, (4, 9), generator=gen)
+    for model, step in ((a, opt_a.step), (b, opt_d.step)):
+        model.zero_grad(set_to_none=True)
+        tlm.cross_entropy(model(ids[:, :-1]), ids[:, 1:]).backward()
+        step()
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+
+
+def test_adamw_equals_the_handout_algorithm_without_decay_and_eps():
+    """With weight_decay 0 and eps 0 both compute p - lr sqrt(1 - b2^t) / (1 - b1^t) m / sqrt(v)."""
+    torch.manual_seed(3)
+    w0 = [torch.randn(5, 3), torch.randn(7)]
+    ours = [w.clone().requires_grad_() for w in w0]
+    theirs = [w.clone().requires_grad_() for w in w0]
+    opt_a = tlm.AdamW(ours, lr=1e-2, eps=0.0, weight_decay=0.0)
+    opt_b = tlm.HandoutAdamW(theirs, lr=1e-2, eps=0.0, weight_decay=0.0)
+    for step in range(10):
+        for ws, opt in ((ours, opt_a), (theirs, opt_b)):
+            opt.zero_grad()
+            sum(((w - 0.1 * step) ** 3).sum() for w in ws).backward()
+            opt.step()
+    for p, q in zip(ours, theirs):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)

@@ -15,7 +15,7 @@ from .hf import qk_row_permutation, hf_config, to_hf, from_hf, to_hf_llama, from
 from .accounting import param_breakdown, count_params, flops_breakdown, forward_flops, param_memory_bytes, kv_cache_bytes, peak_flops
 from .tokenizer import split_on_special_tokens, chunk_boundaries, train_bpe, package_data_path, Tokenizer, read_vocab, read_merges, write_vocab, write_merges
 from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule, gradient_clipping, adamw_memory_bytes, adamw_step_flops, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
-from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate
+from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate_plain, generate
 from .train import play_text, shakespeare_splits, write_shakespeare, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, check_config, load_tokens, Runtime, train_model, CompileCheckError, plot_log, load_run, param_groups
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton

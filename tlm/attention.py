@@ -158,10 +158,13 @@ class MultiHeadSelfAttention(nn.Module):
             q, k = self.rope(q, token_positions), self.rope(k, token_positions)
         return q, k, v
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    def attend(self, q: Tensor, k: Tensor, v: Tensor,
+               bias: Tensor | None = None) -> Tensor:
         """Causal attention of n queries (the last n of m positions) over m keys.
 
         q has h heads, k and v have g: each key/value head serves h / g query heads.
+        bias (n, m), 0 or -inf, replaces the causal mask (a cache of fixed size uses
+        it).
         """
         n, m = q.shape[-2], k.shape[-2]
         group = q.shape[-3] // k.shape[-3]
@@ -171,11 +174,13 @@ class MultiHeadSelfAttention(nn.Module):
             if group > 1 and not _SDPA_GQA:
                 k, v = (t.repeat_interleave(group, dim=-3) for t in (k, v))
             gqa = dict(enable_gqa=True) if group > 1 and _SDPA_GQA else {}
-            if n == m:
+            if n == m and bias is None:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
-            bias = _causal_bias(n, m, q.device, q.dtype)
+            if bias is None:
+                bias = _causal_bias(n, m, q.device, q.dtype)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **gqa)
-        bias = _causal_bias(n, m, q.device, q.dtype)
+        if bias is None:
+            bias = _causal_bias(n, m, q.device, q.dtype)
         if group == 1:
             return _attend(q, k, v, bias)
         # the query heads of one key/value head, stacked as g*n rows of one matrix

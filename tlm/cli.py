@@ -264,6 +264,9 @@ def _add_generate(sub) -> None:
                    help="default: $TLM_DEVICE, else cuda, else mps, else cpu")
     p.add_argument("--no-cache", action="store_true", help="recompute the window at "
                    "every step (slower; the same tokens up to rounding)")
+    p.add_argument("--compile", action="store_true", help="compile the one-token "
+                   "step with torch.compile (CUDA graphs on CUDA): faster per token, "
+                   "after a first call that waits for the compiler")
     p.set_defaults(run=_generate)
 
 
@@ -278,6 +281,8 @@ def _generate(args) -> int:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.top_k is not None and args.top_k < 1:
         raise ValueError(f"--top-k must be at least 1, got {args.top_k}")
+    if args.compile and args.no_cache:
+        raise ValueError("--compile needs the cache: drop --no-cache or --compile")
     if not 0 <= args.seed < SEEDS:
         raise ValueError(f"--seed must be an int in [0, 2**{SEEDS.bit_length() - 1}), "
                          f"got {args.seed}")
@@ -299,7 +304,8 @@ def _generate(args) -> int:
     out = generate(model, ids, args.max_new_tokens, args.temperature,
                    None if args.top_p == 1 else args.top_p, eos_id=eot,
                    generator=torch.Generator().manual_seed(args.seed),
-                   use_cache=not args.no_cache, top_k=args.top_k)
+                   use_cache=not args.no_cache, top_k=args.top_k,
+                   compile=args.compile)
     for i, row in enumerate(out.tolist()):
         text = tokenizer.decode([t for t in row[len(prompt):] if t != eot])
         print(("" if i == 0 else "\n---\n") + args.prompt + text)

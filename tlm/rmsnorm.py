@@ -10,18 +10,24 @@ from torch.autograd.function import once_differentiable
 from tlm.utils import _check_float_tensor, _check_positive_float, _check_positive_int
 
 
+def _rms_norm(x: Tensor, weight: Tensor, eps: float) -> tuple[Tensor, Tensor, Tensor]:
+    """RMSNorm's output in x's dtype, and x_hat and 1/rms (at least float32)."""
+    x32 = x.to(torch.promote_types(x.dtype, torch.float32))
+    inv_rms = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
+    x_hat = x32 * inv_rms
+    y = x_hat * weight  # a new tensor, returned as it is (see below)
+    return (y if y.dtype == x.dtype else y.to(x.dtype)), x_hat, inv_rms
+
+
 class _RMSNormFunction(torch.autograd.Function):
     """RMSNorm of x with gain `weight`, its backward pass written out by hand."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, eps: float) -> Tensor:
-        x32 = x.to(torch.promote_types(x.dtype, torch.float32))
-        inv_rms = torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
-        x_hat = x32 * inv_rms
+        y, x_hat, inv_rms = _rms_norm(x, weight, eps)
         ctx.save_for_backward(x_hat, inv_rms, weight)
         ctx.x_dtype = x.dtype
-        y = x_hat * weight  # a new tensor, returned as it is (see below)
-        return y if y.dtype == x.dtype else y.to(x.dtype)
+        return y
 
     @staticmethod
     @once_differentiable
@@ -56,7 +62,9 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: Float[Tensor, "... d_model"]) -> Float[Tensor, "... d_model"]:
         _check_float_tensor("x", x, self.d_model, "d_model")
-        return _RMSNormFunction.apply(x, self.weight, self.eps)
+        if torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad):
+            return _RMSNormFunction.apply(x, self.weight, self.eps)
+        return _rms_norm(x, self.weight, self.eps)[0]  # no backward: no Function
 
     def extra_repr(self) -> str:
         return f"{self.d_model}, eps={self.eps}"

@@ -55,7 +55,9 @@ class RotaryPositionalEmbedding(nn.Module):
             _check_position_axes(token_positions, x)
             cos, sin = self.cos[token_positions], self.sin[token_positions]
         wide = x.to(torch.promote_types(x.dtype, torch.float32))
-        return _Rotation.apply(wide, cos, sin).to(x.dtype)
+        if torch.is_grad_enabled() and wide.requires_grad:
+            return _Rotation.apply(wide, cos, sin).to(x.dtype)
+        return _rotate_pairs(wide, cos, sin).to(x.dtype)  # no backward: no Function
 
     def extra_repr(self) -> str:
         return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"

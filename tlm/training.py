@@ -101,21 +101,30 @@ class AdamW(torch.optim.Optimizer):
                 loss = closure()
         for group in self.param_groups:
             lr, (beta1, beta2) = group["lr"], group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
                 state = self.state[p]
                 if not state:
                     state["step"] = 0
                     state["exp_avg"] = torch.zeros_like(p)  # m
                     state["exp_avg_sq"] = torch.zeros_like(p)  # v
                 state["step"] += 1
-                t, m, v = state["step"], state["exp_avg"], state["exp_avg_sq"]
-                p.mul_(1 - lr * group["weight_decay"])  # decoupled decay
-                m.lerp_(p.grad, 1 - beta1)  # m = beta1 m + (1 - beta1) g
-                v.mul_(beta2).addcmul_(p.grad, p.grad, value=1 - beta2)
-                denom = (v.sqrt() / math.sqrt(1 - beta2**t)).add_(group["eps"])
-                p.addcdiv_(m, denom, value=-lr / (1 - beta1**t))
+            # each line below is one update of every parameter of the group (a few
+            # kernels for all of them, not a few per parameter)
+            grads = [p.grad for p in params]
+            m = [self.state[p]["exp_avg"] for p in params]
+            v = [self.state[p]["exp_avg_sq"] for p in params]
+            t = [self.state[p]["step"] for p in params]
+            torch._foreach_mul_(params, 1 - lr * group["weight_decay"])  # decoupled
+            torch._foreach_lerp_(m, grads, 1 - beta1)  # m = beta1 m + (1 - beta1) g
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, [math.sqrt(1 - beta2**s) for s in t])
+            torch._foreach_add_(denom, group["eps"])
+            torch._foreach_addcdiv_(params, m, denom, [-lr / (1 - beta1**s) for s in t])
         return loss
 
 

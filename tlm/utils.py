@@ -99,6 +99,20 @@ def _check_float_tensor(name: str, x, last_dim: int | None = None,
                          f"got shape {tuple(x.shape)}")
 
 
+_READ_VALUES = [True]  # False inside _values_checked_once()
+
+
+@contextlib.contextmanager
+def _values_checked_once():
+    """Inside, _check_index_tensor checks types only: its caller has checked the values
+    once, and a loop (one token at a time on a GPU) need not wait for the device."""
+    _READ_VALUES[0] = False
+    try:
+        yield
+    finally:
+        _READ_VALUES[0] = True
+
+
 def _check_index_tensor(name: str, ids, upper: int, upper_name: str) -> None:
     """Require an integer tensor with every value in [0, upper)."""
     if not isinstance(ids, Tensor):
@@ -106,7 +120,7 @@ def _check_index_tensor(name: str, ids, upper: int, upper_name: str) -> None:
     if ids.dtype == torch.bool or ids.is_floating_point() or ids.is_complex():
         raise TypeError(f"{name} must be an integer tensor (e.g. torch.long), "
                         f"got dtype {ids.dtype}")
-    if ids.numel() > 0 and not torch.compiler.is_compiling():
+    if ids.numel() > 0 and not torch.compiler.is_compiling() and _READ_VALUES[0]:
         lo, hi = torch.stack(torch.aminmax(ids)).tolist()  # one read from the device
         if lo < 0 or hi >= upper:
             raise ValueError(f"{name} must lie in [0, {upper_name}={upper}), "

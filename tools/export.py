@@ -77,7 +77,8 @@ def export_notebook(path: Path) -> tuple[str, str, list[str]] | None:
         except SyntaxError as err:
             raise ExportError(f"{src} cell {index}: export cell does not parse: {err}") from err
         bodies.append(body)
-        names += public_names(tree)
+        names += [n for n in public_names(tree) if n not in names]  # a later cell may
+        # define a name again (a faster version after the plain one): listed once
     if not bodies:
         return None
     if module is None:
