@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from jaxtyping import Bool, Float, Int
 from torch import Tensor, nn
 
@@ -145,8 +144,9 @@ class MultiHeadSelfAttention(nn.Module):
         if self.max_seq_len is not None and T > self.max_seq_len:
             raise ValueError(f"x has seq={T} positions, "
                              f"more than max_seq_len={self.max_seq_len}")
-        q = rearrange(self.q_proj(x), "... t (h d) -> ... h t d", h=self.num_heads)
-        k, v = (rearrange(proj(x), "... t (h d) -> ... h t d", h=self.num_kv_heads)
+        # "... t (h d) -> ... h t d", as the handout layer's rearrange
+        q = self.q_proj(x).unflatten(-1, (self.num_heads, self.d_k)).transpose(-3, -2)
+        k, v = (proj(x).unflatten(-1, (self.num_kv_heads, self.d_k)).transpose(-3, -2)
                 for proj in (self.k_proj, self.v_proj))
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
@@ -176,21 +176,21 @@ class MultiHeadSelfAttention(nn.Module):
             gqa = dict(enable_gqa=True) if group > 1 and _SDPA_GQA else {}
             if n == m and bias is None:
                 return F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)
-            if bias is None:
+            if bias is None and n > 1:  # one query, the last position, sees every key
                 bias = _causal_bias(n, m, q.device, q.dtype)
             return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **gqa)
-        if bias is None:
+        if bias is None and n > 1:
             bias = _causal_bias(n, m, q.device, q.dtype)
         if group == 1:
             return _attend(q, k, v, bias)
         # the query heads of one key/value head, stacked as g*n rows of one matrix
         stacked = q.unflatten(-3, (-1, group)).flatten(-3, -2)
-        out = _attend(stacked, k, v, bias.repeat(group, 1))
+        out = _attend(stacked, k, v, None if bias is None else bias.repeat(group, 1))
         return out.unflatten(-2, (group, n)).flatten(-4, -3)
 
     def merge(self, out: Tensor) -> Tensor:
         """Concatenate the heads and mix them: (..., h, T, d_k) -> (..., T, d_model)."""
-        return self.output_proj(rearrange(out, "... h t d -> ... t (h d)"))
+        return self.output_proj(out.transpose(-3, -2).flatten(-2))  # "... t (h d)"
 
     def extra_repr(self) -> str:
         extra = ""
