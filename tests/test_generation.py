@@ -333,3 +333,48 @@ def test_compile_refuses_bad_values():
         tlm.generate(model, prompt, 5, compile=1)
     with pytest.raises(ValueError, match="compile=True needs use_cache=True"):
         tlm.generate(model, prompt, 5, compile=True, use_cache=False)
+
+
+def _causal_kernel(q, k, v):
+    """A stand-in for a kernel of ATTN_KERNELS: causal (the last n of m), no bias."""
+    n, m = q.shape[-2], k.shape[-2]
+    keep = torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+
+
+def test_kernels_refuse_a_bias_and_compile_refuses_a_kernel(monkeypatch):
+    """A kernel masks causally itself: the fixed-size step's bias would be dropped and the
+    query would see the empty slots. attend refuses the bias; generate refuses
+    compile=True, and its eager loop (no bias) still gives the plain loop's tokens."""
+    monkeypatch.setitem(tlm.attention.ATTN_KERNELS, "stand-in", _causal_kernel)
+    torch.manual_seed(0)
+    model = tlm.TransformerLM(**{**CFG, "context_length": 16},
+                              attn_implementation="stand-in")
+    attn = model.layers[0].attn
+    q = k = v = torch.randn(1, 4, 3, attn.d_k)
+    with pytest.raises(ValueError, match="attn_implementation='stand-in' takes no bias"):
+        attn.attend(q, k, v, torch.zeros(3, 3))
+    prompt = torch.randint(0, 300, (1, 3))
+    with pytest.raises(ValueError, match="compile=True needs attn_implementation 'eager' "
+                                         "or 'sdpa'.*got 'stand-in'"):
+        tlm.generate(model, prompt, 5, compile=True)
+    expected = generate_plain(model, prompt, 20, temperature=0)
+    assert torch.equal(tlm.generate(model, prompt, 20, temperature=0), expected)
+
+
+def test_too_many_compiled_variants_go_on_eagerly(monkeypatch, traced_step):
+    """Past torch.compile's recompile limit a fullgraph step raises; generate warns and
+    finishes eagerly, with the same tokens."""
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    torch._dynamo.reset()
+    model = make_model()
+    for batch in (1, 2):  # the second batch size needs a second variant
+        prompt = torch.randint(0, 300, (batch, 3))
+        expected = generate_plain(model, prompt, 10, temperature=0)
+        if batch == 1:
+            out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
+        else:
+            with pytest.warns(UserWarning, match="too many variants"):
+                out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
+        assert torch.equal(out, expected)
+    torch._dynamo.reset()

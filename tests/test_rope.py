@@ -150,3 +150,21 @@ def test_low_precision_rotates_in_float32():
     x = torch.randn(2, 100, 64).to(torch.bfloat16)
     expected = rope(x.float()).to(torch.bfloat16)  # one rounding, after a float32 rotation
     assert torch.equal(rope(x), expected)
+
+
+def test_a_cast_to_16_bits_keeps_the_tables_float32():
+    """model.to(bfloat16) would round cos/sin to 8 bits (errors ~4e-3 in every angle);
+    they stay float32, computed independently here in float64."""
+    model = tlm.TransformerLM(vocab_size=50, context_length=512, d_model=32, num_layers=2,
+                              num_heads=2, d_ff=64, rope_theta=10_000.0)
+    for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half()):
+        cast(model)
+        rope = model.layers[0].attn.rope
+        assert model.lm_head.weight.dtype != torch.float32  # the weights were cast
+        angles = torch.outer(torch.arange(512, dtype=torch.float64),
+                             10_000.0 ** (-torch.arange(0, 16, 2, dtype=torch.float64) / 16))
+        for table, exact in ((rope.cos, angles.cos()), (rope.sin, angles.sin())):
+            assert table.dtype == torch.float32
+            assert (table.double() - exact).abs().max() < 1e-4  # float32's, not 16-bit
+    model.double()  # a wider dtype still widens them
+    assert model.layers[0].attn.rope.cos.dtype == torch.float64

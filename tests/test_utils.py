@@ -177,3 +177,22 @@ def test_get_device_warms_cuda_for_notebooks_but_not_for_tlm_train(monkeypatch):
         tlm.train._device("cuda:1")
     assert tlm.get_device("cpu") == torch.device("cpu")
     assert warmed == [torch.device("cuda")]  # only the first call
+
+
+def test_values_checked_once_nests_and_restores():
+    """Inside, value ranges are not read; leaving an inner block keeps the outer one off;
+    after the outer one (also after an error) they are read again."""
+    from tlm.utils import _check_index_tensor, _values_checked_once
+    bad = torch.tensor([5])
+    with _values_checked_once():
+        with _values_checked_once():
+            _check_index_tensor("ids", bad, 3, "vocab_size")
+        _check_index_tensor("ids", bad, 3, "vocab_size")  # still off
+        with pytest.raises(TypeError):  # types are still checked
+            _check_index_tensor("ids", torch.tensor([0.5]), 3, "vocab_size")
+    with pytest.raises(ValueError, match=r"ids must lie in \[0, vocab_size=3\)"):
+        _check_index_tensor("ids", bad, 3, "vocab_size")
+    with pytest.raises(RuntimeError), _values_checked_once():
+        raise RuntimeError
+    with pytest.raises(ValueError):
+        _check_index_tensor("ids", bad, 3, "vocab_size")

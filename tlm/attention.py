@@ -164,11 +164,15 @@ class MultiHeadSelfAttention(nn.Module):
 
         q has h heads, k and v have g: each key/value head serves h / g query heads.
         bias (n, m), 0 or -inf, replaces the causal mask (a cache of fixed size uses
-        it).
+        it); the kernels of ATTN_KERNELS mask causally themselves and take none.
         """
         n, m = q.shape[-2], k.shape[-2]
         group = q.shape[-3] // k.shape[-3]
         if self.attn_implementation in ATTN_KERNELS:
+            if bias is not None:
+                raise ValueError(f"attn_implementation={self.attn_implementation!r} "
+                                 "takes no bias (its kernel masks causally); use "
+                                 "'eager' or 'sdpa'")
             return ATTN_KERNELS[self.attn_implementation](q, k, v)
         if self.attn_implementation == "sdpa":
             if group > 1 and not _SDPA_GQA:

@@ -4,6 +4,7 @@ __all__ = ['top_p_filter', 'top_k_filter', 'sample_next', 'LayerKVCache', 'KVCac
 
 import contextlib
 import math
+import warnings
 
 import torch
 from torch import Tensor, nn
@@ -145,9 +146,9 @@ class KVCache:
 
 
 def generate_plain(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
-             temperature: float = 1.0, top_p: float | None = None,
-             eos_id: int | None = None, generator: torch.Generator | None = None,
-             use_cache: bool = True, top_k: int | None = None) -> Tensor:
+                   temperature: float = 1.0, top_p: float | None = None,
+                   eos_id: int | None = None, generator: torch.Generator | None = None,
+                   use_cache: bool = True, top_k: int | None = None) -> Tensor:
     """Extend prompt_ids (seq,) or (batch, seq) by max_new_tokens; return all ids.
 
     temperature 0 is greedy decoding; top_k, then top_p, restrict the draws. Each token
@@ -216,9 +217,9 @@ class _StaticLayerKVCache(LayerKVCache):
     keys and values are written at those slots of storage for `capacity` positions
     (zeros first). With `visible[0]` None the queries attend over all the slots, with
     -inf on the slots after each query's position: no shape depends on the length so
-    far, and nothing is read back to the host. With visible[0] = n (an int, known to the
-    caller) they attend over the first n slots only, as the last positions of those n,
-    which saves the work on the empty slots where nothing is compiled.
+    far, and nothing is read back to the host. With visible[0] = n (a Python int) they
+    attend over the first n slots only, the new tokens being the last of them:
+    uncompiled, this skips the empty slots.
     """
 
     visible = [None]  # replaced by one list shared by the layers of a _StaticKVCache
@@ -287,9 +288,10 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     from a cache of fixed size: the arguments are checked once, the ids are written into
     one tensor, and a step reads nothing back to the host (sampling with a CPU generator
     does; with eos_id, whether every sequence has finished is read every
-    _EOS_CHECK_EVERY steps). compile=True runs the one-token step through
-    torch.compile (CUDA graphs on CUDA); it needs the cache. use_cache=False is the
-    plain loop.
+    _EOS_CHECK_EVERY steps; after an early stop, `generator` may have made up to
+    _EOS_CHECK_EVERY - 1 more draws than in the plain loop). compile=True runs the
+    one-token step through torch.compile (CUDA graphs on CUDA); it needs the cache and
+    attention that takes a bias ("eager" or "sdpa"). use_cache=False is the plain loop.
     """
     if not isinstance(compile, bool):
         raise TypeError(f"compile must be a bool, got {type(compile).__name__}")
@@ -298,9 +300,13 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                          "got use_cache=False")
     if not use_cache:
         return generate_plain(model, prompt_ids, max_new_tokens, temperature, top_p,
-                               eos_id, generator, use_cache, top_k)
+                              eos_id, generator, use_cache, top_k)
     _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature, top_p,
                               eos_id, top_k)
+    kernels = {b.attn.attn_implementation for b in model.layers} - {"eager", "sdpa"}
+    if compile and kernels:
+        raise ValueError("compile=True needs attn_implementation 'eager' or 'sdpa' (the "
+                         f"fixed-size step passes a bias), got {min(kernels)!r}")
     T = model.context_length
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
     (B, P), device = ids.shape, ids.device
@@ -320,7 +326,13 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                     cache.visible[0] = None if compile else n
                     if compile:
                         torch.compiler.cudagraph_mark_step_begin()
-                    logits = step(model, nxt[:, None], position)
+                    try:
+                        logits = step(model, nxt[:, None], position)
+                    except torch._dynamo.exc.FailOnRecompileLimitHit:
+                        warnings.warn("torch.compile: too many variants of the decoding "
+                                      "step in this process; going on eagerly")
+                        compile, step, cache.visible[0] = False, _last_logits, n
+                        logits = step(model, nxt[:, None], position)
                     position += 1
                 else:  # the prompt, or past the context: the last T ids, anew
                     w = cache.visible[0] = min(n, T)

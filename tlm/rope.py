@@ -59,6 +59,14 @@ class RotaryPositionalEmbedding(nn.Module):
             return _Rotation.apply(wide, cos, sin).to(x.dtype)
         return _rotate_pairs(wide, cos, sin).to(x.dtype)  # no backward: no Function
 
+    def _apply(self, fn, recurse=True):
+        """Moves (.to, .cuda) move the tables; a cast to 16 bits leaves them float32."""
+        tables = self.cos, self.sin
+        super()._apply(fn, recurse)
+        if self.cos.dtype in (torch.float16, torch.bfloat16):
+            self.cos, self.sin = (t.to(self.cos.device, torch.float32) for t in tables)
+        return self
+
     def extra_repr(self) -> str:
         return f"theta={self.theta}, d_k={self.d_k}, max_seq_len={self.max_seq_len}"
 

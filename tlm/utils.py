@@ -106,11 +106,11 @@ _READ_VALUES = [True]  # False inside _values_checked_once()
 def _values_checked_once():
     """Inside, _check_index_tensor checks types only: its caller has checked the values
     once, and a loop (one token at a time on a GPU) need not wait for the device."""
-    _READ_VALUES[0] = False
+    before, _READ_VALUES[0] = _READ_VALUES[0], False
     try:
         yield
     finally:
-        _READ_VALUES[0] = True
+        _READ_VALUES[0] = before  # nested blocks restore what they found
 
 
 def _check_index_tensor(name: str, ids, upper: int, upper_name: str) -> None:
