@@ -362,19 +362,19 @@ def test_kernels_refuse_a_bias_and_compile_refuses_a_kernel(monkeypatch):
     assert torch.equal(tlm.generate(model, prompt, 20, temperature=0), expected)
 
 
-def test_too_many_compiled_variants_go_on_eagerly(monkeypatch, traced_step):
+def test_too_many_compiled_variants_go_on_eagerly(traced_step):
     """Past torch.compile's recompile limit a fullgraph step raises; generate warns and
     finishes eagerly, with the same tokens."""
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     torch._dynamo.reset()
     model = make_model()
-    for batch in (1, 2):  # the second batch size needs a second variant
-        prompt = torch.randint(0, 300, (batch, 3))
-        expected = generate_plain(model, prompt, 10, temperature=0)
-        if batch == 1:
-            out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
-        else:
-            with pytest.warns(UserWarning, match="too many variants"):
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for batch in (1, 2):  # the second batch size needs a second variant
+            prompt = torch.randint(0, 300, (batch, 3))
+            expected = generate_plain(model, prompt, 10, temperature=0)
+            if batch == 1:
                 out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
-        assert torch.equal(out, expected)
+            else:
+                with pytest.warns(UserWarning, match="too many variants"):
+                    out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
+            assert torch.equal(out, expected)
     torch._dynamo.reset()

@@ -305,8 +305,8 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                               eos_id, top_k)
     kernels = {b.attn.attn_implementation for b in model.layers} - {"eager", "sdpa"}
     if compile and kernels:
-        raise ValueError("compile=True needs attn_implementation 'eager' or 'sdpa' (the "
-                         f"fixed-size step passes a bias), got {min(kernels)!r}")
+        raise ValueError("compile=True needs attn_implementation 'eager' or 'sdpa' "
+                         f"(the fixed-size step passes a bias), got {min(kernels)!r}")
     T = model.context_length
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
     (B, P), device = ids.shape, ids.device
@@ -329,8 +329,8 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                     try:
                         logits = step(model, nxt[:, None], position)
                     except torch._dynamo.exc.FailOnRecompileLimitHit:
-                        warnings.warn("torch.compile: too many variants of the decoding "
-                                      "step in this process; going on eagerly")
+                        warnings.warn("torch.compile: too many variants of the "
+                                      "decoding step in this process; going on eagerly")
                         compile, step, cache.visible[0] = False, _last_logits, n
                         logits = step(model, nxt[:, None], position)
                     position += 1
