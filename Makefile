@@ -13,11 +13,13 @@ JB := $(VENV)/bin/jupyter-book
 endif
 NBVAL := --nbval --nbval-current-env --nbval-sanitize-with nbval_sanitize.cfg
 # Two workers (one per core here), each file (a notebook, a test module) whole on one worker;
-# one thread each, so that the two do not fight over the cores (`make test JOBS=1` for one).
+# one thread each, so that the two do not fight over the cores (`make test JOBS=1` for one);
+# the longest files first, in the order tests/conftest.py gives them.
 # The few cells and tests that set more threads wait passively: spinning OpenMP threads on a
 # core the other worker is using made a 2-thread test 3 to 16 times slower.
 JOBS ?= 2
-PYTEST := OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest -n $(JOBS) --dist loadfile
+XDIST := -n $(JOBS) --dist loadfile --no-loadscope-reorder
+PYTEST := OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(PY) -m pytest $(XDIST)
 # `make test NB=chapters/05_rmsnorm.ipynb`: that chapter's outputs and its module's tests.
 ifdef NB
 TESTS := $(NB) $(wildcard $(patsubst %,tests/test_%.py,$(shell sed -n 's/.*#| default_exp \([a-z_]*\).*/\1/p' $(NB))))
@@ -74,7 +76,7 @@ $(COMPAT)/.installed: requirements.txt requirements-data.txt pyproject.toml
 
 test-compat: $(COMPAT)/.installed
 	$(COMPAT_ENV) OMP_NUM_THREADS=1 OMP_WAIT_POLICY=PASSIVE $(COMPAT)/bin/python -m pytest \
-		-n $(JOBS) --dist loadfile tests chapters $(NBVAL)
+		$(XDIST) tests chapters $(NBVAL)
 
 book: $(STAMP)
 	$(JB) build . --all -W --keep-going
