@@ -36,3 +36,35 @@ def test_generate_compile_refuses_no_cache(capsys):
                  "--no-cache"]) == 2
     err = capsys.readouterr().err
     assert err == "error: --compile needs the cache: drop --no-cache or --compile\n"
+
+
+@pytest.mark.parametrize("flag, value", [("--temperature", "1e-46"),
+                                         ("--temperature", "5e-324"),
+                                         ("--top-p", "1e-46"), ("--top-p", "1e-300")])
+def test_generate_a_tiny_temperature_or_top_p_is_greedy(capsys, flag, value):
+    args = ["generate", "shakespeare", "--device", "cpu", "--prompt", "ROMEO:",
+            "--max-new-tokens", "12"]
+    assert main([*args, "--temperature", "0"]) == 0
+    greedy = capsys.readouterr().out
+    assert main([*args, flag, value]) == 0
+    assert capsys.readouterr().out == greedy
+
+
+def test_generate_compile_that_cannot_build_is_one_warning_line(monkeypatch, capsys):
+    """Where Inductor cannot build (no C++ compiler), --compile goes on eagerly after
+    one line on stderr, and writes the same text."""
+    def failing(gm, example_inputs):
+        raise torch._inductor.exc.InvalidCxxCompiler("g++")
+    step = torch.compile(_last_logits, backend=failing, fullgraph=True, dynamic=False)
+    monkeypatch.setitem(tlm.generation._COMPILED, "cpu", step)
+    args = ["generate", "shakespeare", "--device", "cpu", "--prompt", "ROMEO:",
+            "--max-new-tokens", "8", "--temperature", "0"]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    assert main([*args, "--compile"]) == 0
+    out, err = capsys.readouterr()
+    assert out == plain
+    assert err.startswith("warning: torch.compile: it cannot build the decoding step "
+                          "here (") and err.count("\n") == 1, err
+    assert "InvalidCxxCompiler" in err and err.endswith("going on eagerly\n")
+    torch._dynamo.reset()

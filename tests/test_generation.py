@@ -378,3 +378,100 @@ def test_too_many_compiled_variants_go_on_eagerly(traced_step):
                     out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
             assert torch.equal(out, expected)
     torch._dynamo.reset()
+
+
+def _eos_after(model, prompt, k):
+    """The id greedy decoding produces k-th (1-based) after the prompt: an end token
+    that stops the run there."""
+    return int(generate_plain(model, prompt, k, temperature=0)[0, prompt.shape[-1] + k - 1])
+
+
+@pytest.mark.parametrize("max_new_tokens", [10**10, 10**20])
+def test_a_huge_max_new_tokens_with_an_end_token_stops_there(max_new_tokens):
+    """"Until the end token" is a large max_new_tokens: the fast loop must not reserve
+    room for all of it up front (10**10 ids were an 80 GB allocation, 10**20 a C++
+    overflow) and must stop where the plain loop stops."""
+    torch.manual_seed(0)
+    model = tlm.TransformerLM(**{**CFG, "context_length": 8})
+    prompt = torch.randint(0, 300, (1, 3))
+    eos = _eos_after(model, prompt, 20)
+    expected = generate_plain(model, prompt, max_new_tokens, temperature=0, eos_id=eos)
+    assert expected.shape[1] <= 3 + 20
+    out = tlm.generate(model, prompt, max_new_tokens, temperature=0, eos_id=eos)
+    assert torch.equal(out, expected)
+    assert out.untyped_storage().nbytes() <= 8 * (3 + 1024)  # a first allocation
+
+
+def test_the_output_grows_past_its_first_allocation(monkeypatch):
+    """With room for 4 new ids at first, 37 new ids (greedy and sampled, batch 2, past
+    the context) are the plain loop's."""
+    monkeypatch.setattr(tlm.generation, "_FIRST_ROOM", 4)
+    torch.manual_seed(0)
+    model = tlm.TransformerLM(**{**CFG, "context_length": 8})
+    prompt = torch.randint(0, 300, (2, 5))
+    for kw in (dict(temperature=0), dict(temperature=0.9, top_p=0.9)):
+        expected = generate_plain(model, prompt, 37, generator=torch.Generator()
+                                  .manual_seed(1), **kw)
+        out = tlm.generate(model, prompt, 37, generator=torch.Generator().manual_seed(1),
+                           **kw)
+        assert out.shape == (2, 5 + 37) and torch.equal(out, expected)
+
+
+@pytest.mark.parametrize("temperature", [1e-46, 5e-324, 2.0**-150])
+def test_a_temperature_that_float32_rounds_to_zero_is_greedy(temperature):
+    """Below half of float32's smallest number a positive temperature becomes 0 in the
+    logits' float32, and (x - max) / 0 was nan for multinomial: the limit is greedy."""
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50) * 5
+    drawn = tlm.sample_next(logits, temperature, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(drawn, logits.argmax(dim=-1))
+    model = make_model(torch.float32)
+    prompt = torch.randint(0, 300, (2, 4))
+    assert torch.equal(tlm.generate(model, prompt, 6, temperature=temperature),
+                       tlm.generate(model, prompt, 6, temperature=0))
+
+
+@pytest.mark.parametrize("top_p", [1e-46, 1e-300, 5e-324])
+def test_a_top_p_that_float32_rounds_to_zero_keeps_the_most_likely_token(top_p):
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(4, 30) * 3, dim=-1)
+    kept = tlm.top_p_filter(probs, top_p)
+    assert torch.equal(kept, torch.nn.functional.one_hot(probs.argmax(-1), 30).float())
+    model = make_model(torch.float32)
+    prompt = torch.randint(0, 300, (2, 4))
+    out = tlm.generate(model, prompt, 6, temperature=1.0, top_p=top_p,
+                       generator=torch.Generator().manual_seed(0))
+    assert torch.equal(out, tlm.generate(model, prompt, 6, temperature=0))
+
+
+def test_top_p_one_keeps_every_token():
+    """A float32 running sum reaches 1 before the last of 50,257 tokens: top_p=1 must
+    still keep them all (it dropped up to 49,441 tokens of a row, by 2.5e-7 of mass)."""
+    torch.manual_seed(0)
+    probs = torch.softmax(torch.randn(8, 50257) * 4, dim=-1)
+    assert bool((probs > 0).all())
+    assert torch.equal(tlm.top_p_filter(probs, 1.0), probs)
+
+
+def _failing_backend(gm, example_inputs):
+    raise torch._inductor.exc.InvalidCxxCompiler("g++")  # Inductor, without g++
+
+
+def test_a_compiler_that_cannot_build_warns_and_goes_on_eagerly(monkeypatch):
+    """No C++ compiler (a slim Docker image, macOS without Xcode's tools): one warning,
+    then the eager step, with the same tokens."""
+    step = torch.compile(tlm.generation._last_logits, backend=_failing_backend,
+                         fullgraph=True, dynamic=False)
+    monkeypatch.setitem(tlm.generation._COMPILED, "cpu", step)
+    model = make_model()
+    prompt = torch.randint(0, 300, (2, 3))
+    expected = generate_plain(model, prompt, 10, temperature=0)
+    with pytest.warns(UserWarning) as caught:
+        out = tlm.generate(model, prompt, 10, temperature=0, compile=True)
+    assert torch.equal(out, expected)
+    messages = [str(w.message) for w in caught if w.category is UserWarning]
+    assert len(messages) == 1 and messages[0].startswith(
+        "torch.compile: it cannot build the decoding step here (")
+    assert "InvalidCxxCompiler" in messages[0] and messages[0].endswith("going on eagerly")
+    assert "\n" not in messages[0]
+    torch._dynamo.reset()

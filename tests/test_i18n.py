@@ -481,3 +481,32 @@ def test_the_chinese_readme_shows_only_commands_the_english_one_has():
     assert len(commands) >= 10
     for command in commands:
         assert command in english, command
+
+
+@pytest.mark.parametrize("command", [["check", "05_rmsnorm"], ["status"],
+                                     ["build", "_build/zh/src"]])
+def test_a_glossary_or_edition_file_that_is_not_yaml_is_one_line(checkout, command):
+    """The glossary and the edition's strings are files translators edit, and a merge
+    can break: named with the line and column, not a YAML traceback."""
+    for path in (i18n.CATALOGS / "glossary.yml", i18n.EDITION):
+        if command[0] != "build" and path == i18n.EDITION:
+            continue  # only the build reads the edition's strings
+        good = path.read_bytes()
+        lines = good.count(b"\n")
+        path.write_bytes(good + b"broken: [unclosed\n")
+        shown = path.relative_to(i18n.ROOT).as_posix()
+        _refused(command, rf"^{re.escape(shown)}: not valid YAML \(line {lines + 2}, "
+                          r"column 1\): expected ',' or '\]'")
+        path.write_bytes(good)
+    assert not (i18n.ROOT / "_build").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("- a list\n", "expected a mapping with a list 'terms', got list"),
+    ("terms: 3\n", "expected 'terms', a list, got int"),
+    ("terms:\n  - {en: token}\n", "term 1 must be a mapping with strings 'en' and 'zh'"),
+    ("terms:\n  - {en: token, zh: 词元, avoid: token}\n", "term 1 must be a mapping"),
+])
+def test_a_glossary_of_the_wrong_shape_is_one_line(checkout, text, message):
+    (i18n.CATALOGS / "glossary.yml").write_text(text, encoding="utf-8")
+    _refused(["check", "05_rmsnorm"], rf"^i18n/zh_CN/glossary\.yml: {re.escape(message)}")

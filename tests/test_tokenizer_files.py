@@ -227,3 +227,46 @@ def test_encode_file_one_chunk_with_special_tokens_only_at_its_start(tmp_path, m
         n = tlm.tokenizer_files.encode_file(tok, early, tmp_path / "early.npy", 2)
     assert list(np.load(tmp_path / "early.npy")) == tok.encode(early.read_text()) and n
     assert len(scans) == 1
+
+
+@pytest.mark.parametrize("out", ["corpus.txt", "bpe/vocab.json", "bpe/merges.txt",
+                                 "./bpe/../corpus.txt", "link.txt"])
+def test_encode_refuses_to_write_over_one_of_its_inputs(tmp_path, out):
+    """--out naming the text (a slip of tab completion), the vocabulary or the merges
+    replaced that file by token ids and exited 0: refused in one line, nothing written."""
+    (tmp_path / "corpus.txt").write_text(f"the cat sat. {EOT} the mat.", encoding="utf-8")
+    (tmp_path / "link.txt").symlink_to(tmp_path / "corpus.txt")
+    (tmp_path / "bpe").mkdir()
+    write_vocab({i: bytes([i]) for i in range(256)} | {256: EOT.encode()},
+                tmp_path / "bpe" / "vocab.json")
+    write_merges([], tmp_path / "bpe" / "merges.txt")
+    before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    done = _cli("encode", "corpus.txt", "--vocab", "bpe/vocab.json", "--merges",
+                "bpe/merges.txt", "--special-token", EOT, "--out", out, "--quiet",
+                cwd=tmp_path)
+    assert done.returncode == 2, done.stdout
+    name = {"corpus.txt": "input", "./bpe/../corpus.txt": "input", "link.txt": "input",
+            "bpe/vocab.json": "--vocab", "bpe/merges.txt": "--merges"}[out]
+    assert done.stderr == (f"error: --out {out} is the {name} file: writing it would "
+                           "replace it; choose another\n")
+    assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_train_refuses_to_write_over_its_input_and_processes_must_be_positive(tmp_path):
+    (tmp_path / "vocab.json").write_text("the cat sat on the mat " * 20, encoding="utf-8")
+    before = (tmp_path / "vocab.json").read_bytes()
+    done = _cli("train", "vocab.json", "--vocab-size", "260", "--out-dir", ".", "--quiet",
+                cwd=tmp_path)
+    assert done.returncode == 2
+    assert done.stderr == ("error: --out-dir .: its vocab.json would be written over the "
+                           "input file; choose another\n")
+    assert (tmp_path / "vocab.json").read_bytes() == before
+    assert not (tmp_path / "merges.txt").exists()
+    for action in (["train", "vocab.json", "--vocab-size", "260", "--out-dir", "bpe"],
+                   ["encode", "vocab.json", "--vocab", "v", "--merges", "m", "--out",
+                    "x.npy"]):
+        done = _cli(*action, "--processes", "0", cwd=tmp_path)
+        assert done.returncode == 2
+        assert done.stderr == ("error: --processes must be at least 1 (or left out: one "
+                               "per CPU core), got 0\n")

@@ -1372,3 +1372,121 @@ def test_train_model_takes_the_first_runtime_that_accepts_the_run(monkeypatch):
     monkeypatch.setattr(tlm.train, "RUNTIMES", [tlm.Runtime])
     with pytest.raises(ValueError, match="need the runtime of tlm.distributed"):
         _runtime(config, cpu)
+
+
+# --- a run's directory, and what it refuses --------------------------------------------
+
+def _tree(path: Path) -> dict:
+    return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def test_a_new_run_refuses_a_directory_with_another_tokenizer(data_dir, tmp_path,
+                                                              capsys):
+    """--out-dir naming another data directory copied this data's vocab.json and
+    merges.txt over its own, and its train.npy no longer matched its tokenizer: refused
+    in one line before anything is written there (no lock file either)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    write_vocab(byte_vocab() | {257: b"th"}, other / "vocab.json")
+    write_merges([(b"t", b"h")], other / "merges.txt")
+    np.save(other / "train.npy", np.arange(300, dtype=np.uint16) % 258)
+    before = _tree(other)
+    args = [*TINY, "--data-dir", data_dir, "--steps", 3]
+    assert _main(list(map(str, [*args, "--out-dir", other]))) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --out-dir {other} holds another tokenizer than --data-dir "
+                   f"{data_dir} (its vocab.json differs), which a run would replace: "
+                   "choose another --out-dir\n")
+    assert _tree(other) == before and not (other / ".lock").exists()
+    # a merges.txt that the data lacks would be left beside the data's vocabulary
+    (tmp_path / "project").mkdir()
+    write_vocab(byte_vocab(), tmp_path / "project" / "vocab.json")
+    write_merges([(b"a", b"b")], tmp_path / "project" / "merges.txt")
+    assert _main(list(map(str, [*args, "--out-dir", tmp_path / "project"]))) == 2
+    assert "(its merges.txt differs)" in capsys.readouterr().err
+    # the same tokenizer, and files of the user's own beside it: the run goes on
+    (tmp_path / "project" / "merges.txt").unlink()
+    (tmp_path / "project" / "notes.txt").write_text("mine")
+    assert _main(list(map(str, [*args, "--out-dir", tmp_path / "project"]))) == 0
+    assert (tmp_path / "project" / "notes.txt").read_text() == "mine"
+
+
+def test_resume_from_another_working_directory_finds_the_data(data_dir, tmp_path,
+                                                             monkeypatch, capsys):
+    """The run records its data directory whole: --resume from elsewhere finds it. A
+    run of an older tlm recorded it as typed; then the message says where the path came
+    from instead of blaming a --data-dir never given."""
+    monkeypatch.chdir(tmp_path)
+    common = [*TINY, "--steps", 6, "--checkpoint-every", 3]
+    assert _main(list(map(str, [*common, "--data-dir", "data", "--out-dir", "run",
+                                "--stop-at", 3]))) == 0
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=True)
+    assert saved["config"]["data_dir"] == str(data_dir)  # absolute
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert _main(["--out-dir", str(tmp_path / "run"), "--resume", "--quiet"]) == 0
+    capsys.readouterr()
+    # a checkpoint of an older tlm, with the path as it was typed
+    saved["config"]["data_dir"] = "data"
+    torch.save(saved, tmp_path / "run" / "checkpoint.pt")
+    assert _main(["--out-dir", str(tmp_path / "run"), "--resume", "--quiet"]) == 2
+    ckpt = tmp_path / "run" / "checkpoint.pt"
+    assert capsys.readouterr().err == (
+        f"error: --resume: the run's data directory data (recorded in {ckpt}, relative "
+        "to where the run started) is not there: pass --data-dir\n")
+    assert _main(["--out-dir", str(tmp_path / "run"), "--resume", "--quiet",
+                  "--data-dir", str(data_dir)]) == 0
+
+
+def _failing_backend(gm, example_inputs):
+    raise torch._inductor.exc.InvalidCxxCompiler("g++")  # Inductor, without g++
+
+
+def test_a_compiler_that_cannot_build_stops_the_run_in_one_line(data_dir, tmp_path,
+                                                                monkeypatch, capsys):
+    """No C++ compiler (a slim Docker image, macOS without Xcode's tools): Inductor's
+    80-line traceback became one line and status 1, before the first step."""
+    torch._dynamo.reset()
+    real = torch.compile
+    monkeypatch.setattr(torch, "compile",
+                        lambda model, **kw: real(model, backend=_failing_backend))
+    code = _main(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
+                                tmp_path / "run", "--compile"])))
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1, err
+    assert err.startswith("error: --compile: torch.compile cannot build this model here (")
+    assert "InvalidCxxCompiler" in err and err.endswith("; train without --compile\n")
+    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+    torch._dynamo.reset()
+
+
+def test_doctor_says_whether_compile_can_build_here(monkeypatch, capsys):
+    rows = _doctor_rows(capsys)
+    assert re.fullmatch(r"compile\s+ok\s+C\+\+ compiler \S+, for --compile", rows["compile"])
+    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (None, "/nonexistent/g++"))
+    rows = _doctor_rows(capsys)
+    assert re.fullmatch(r"compile\s+no\s+--compile on the CPU needs a C\+\+ compiler \(g\+\+ "
+                        r"or clang\): InvalidCxxCompiler: No working C\+\+ compiler .*",
+                        rows["compile"]), rows["compile"]
+
+
+def test_generate_with_a_huge_max_new_tokens_stops_at_the_end_token(run_dir):
+    """--max-new-tokens 10**20 with an end token means "until the document ends": the
+    cached loop reserved room for all of it (an 80 GB allocation, or for 10**20 a C++
+    stack). Here a model built to say <|endoftext|> at once: the stream stays the
+    token embedding, all ones, and lm_head reads it only in the end token's row."""
+    ckpt = run_dir / "checkpoint.pt"
+    state = torch.load(ckpt, weights_only=True)
+    for name, w in state["model"].items():
+        if name.endswith(("output_proj.weight", "ffn.w2.weight")):
+            w.zero_()
+    state["model"]["token_embeddings.weight"].fill_(1.0)
+    state["model"]["lm_head.weight"].zero_()[256] = 1.0
+    torch.save(state, ckpt)
+    for cache in ([], ["--no-cache"]):
+        done = run_generate(ckpt, "--prompt", "the cat", "--max-new-tokens", 10**20,
+                            "--num-samples", 2, "--temperature", 0, *cache)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        assert done.stdout == "the cat\n\n---\nthe cat\n"

@@ -14,6 +14,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -26,6 +27,7 @@ from tlm.tokenizer_files import encode_file
 from tlm.train import (ABLATIONS, DECAY, DTYPES, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
                        RUN_OPTIONS, SEEDS, SHAKESPEARE_MODEL, CompileCheckError,
                        _device, _run_state, load_run, prepare_shakespeare, train_model)
+from tlm.utils import _error_line
 
 
 class _Parser(argparse.ArgumentParser):
@@ -37,14 +39,24 @@ class _Parser(argparse.ArgumentParser):
 
 def main(argv: list[str] | None = None) -> int:
     """`tlm SUBCOMMAND ...`; returns the exit status: 0, 1 for a run that diverged or
-    whose compiled gradients are wrong, 2 for bad input (one line on stderr), 130 when
-    interrupted (Ctrl-C)."""
+    that torch.compile cannot build or builds into wrong gradients, 2 for bad input
+    (one line on stderr), 130 when interrupted (Ctrl-C). Warnings are one line too."""
     parser = _Parser(prog="tlm", description="Data, tokenizer, training and sampling "
                      "for the tlm book's Transformer LM.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="SUBCOMMAND")
     for add in (_add_data, _add_tokenizer, _add_train, _add_generate, _add_doctor):
         add(sub)
     args = parser.parse_args(argv)
+    with warnings.catch_warnings():  # a warning is one line too
+        warnings.showwarning = _show_warning
+        return _run(args)
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _run(args) -> int:
     try:
         return args.run(args)
     except (ValueError, TypeError, OSError, pickle.UnpicklingError) as error:
@@ -75,7 +87,14 @@ def _add_data(sub) -> None:
     p.set_defaults(run=_data)
 
 
+def _check_processes(args) -> None:
+    if args.processes is not None and args.processes < 1:
+        raise ValueError(f"--processes must be at least 1 (or left out: one per CPU "
+                         f"core), got {args.processes}")
+
+
 def _data(args) -> int:
+    _check_processes(args)
     out, start = Path(args.dir), time.perf_counter()
     if out.exists() and not out.is_dir():
         raise ValueError(f"DIR {out} exists and is not a directory")
@@ -133,10 +152,23 @@ def _add_tokenizer(sub) -> None:
         q.set_defaults(run=_tokenizer)
 
 
+def _same_file(out: Path, inputs: dict[str, str]) -> str | None:
+    """Which of the command's inputs (named by the keys) an output would replace."""
+    for name, path in inputs.items():
+        if out.exists() and Path(path).exists() and os.path.samefile(out, path):
+            return name
+    return None
+
+
 def _tokenizer(args) -> int:
+    _check_processes(args)
     start = time.perf_counter()
     if args.action == "train":
         out_dir = Path(args.out_dir)
+        for name in ("vocab.json", "merges.txt"):
+            if _same_file(out_dir / name, {"input": args.input}):
+                raise ValueError(f"--out-dir {out_dir}: its {name} would be "
+                                 "written over the input file; choose another")
         vocab, merges = train_bpe(args.input, args.vocab_size, args.special_token,
                                   args.processes, progress=not args.quiet)
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -151,10 +183,15 @@ def _tokenizer(args) -> int:
         if token.encode("utf-8") not in known:
             raise ValueError(f"--special-token {token!r} is not in {args.vocab}: the "
                              "tokenizer was trained without it")
+    replaced = _same_file(Path(args.out), {"input": args.input, "--vocab": args.vocab,
+                                           "--merges": args.merges})
+    if replaced:
+        raise ValueError(f"--out {args.out} is the {replaced} file: writing it would "
+                         "replace it; choose another")
     tokenizer = Tokenizer.from_files(args.vocab, args.merges, args.special_token)
+    size = Path(args.input).stat().st_size
     n = encode_file(tokenizer, args.input, args.out, args.processes,
                     progress=not args.quiet)
-    size = Path(args.input).stat().st_size
     print(f"{n:,} tokens ({size / max(n, 1):.2f} bytes per token) -> {args.out} "
           f"({time.perf_counter() - start:.1f} s)")
     return 0
@@ -223,6 +260,11 @@ def _train(args) -> int:
         if not ckpt.exists():
             raise ValueError(f"--resume: there is no checkpoint at {ckpt}")
         saved = _run_state(ckpt)["config"]
+        data = Path(saved["data_dir"])  # whole; relative in runs of an older tlm
+        if "data_dir" not in given and not data.is_dir():
+            since = "" if data.is_absolute() else ", relative to where the run started"
+            raise ValueError(f"--resume: the run's data directory {data} (recorded in "
+                             f"{ckpt}{since}) is not there: pass --data-dir")
         config.update({k: v for k, v in saved.items()  # not an option since removed
                        if k in config and k not in ("stop_at", "max_minutes")})
     try:
@@ -363,6 +405,17 @@ def _version(spec, distribution: str) -> tuple[str, str | None]:
     return found.version, None
 
 
+def _compile_row() -> tuple[str, str, str]:
+    """Whether torch.compile can build code for the CPU here: Inductor needs a C++
+    compiler (a slim Docker image, macOS without Xcode's tools, Windows lack one)."""
+    try:
+        from torch._inductor.cpp_builder import get_cpp_compiler
+        return "compile", "ok", f"C++ compiler {get_cpp_compiler()}, for --compile"
+    except Exception as error:  # InvalidCxxCompiler, or a torch that moved it
+        return "compile", "no", ("--compile on the CPU needs a C++ compiler (g++ or "
+                                 f"clang): {_error_line(error)}")
+
+
 def _doctor(args) -> int:
     rows = [("python", platform.python_version(), "ok"), _torch_row()]
     if torch.cuda.is_available():
@@ -383,6 +436,7 @@ def _doctor(args) -> int:
                      "overrides it)"))
     except ValueError as error:  # $TLM_DEVICE names a device this machine lacks
         rows.append(("device", "unusable", str(error)))
+    rows.append(_compile_row())
     for module, requirement, use in _PACKAGES:
         spec = importlib.util.find_spec(module)
         if spec is None:

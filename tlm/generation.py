@@ -13,17 +13,29 @@ from tlm.attention import MultiHeadSelfAttention
 from tlm.model import TransformerLM
 from tlm.softmax import softmax
 from tlm.utils import (_check_index_tensor, _check_int, _check_number,
-                       _check_positive_int, _values_checked_once)
+                       _check_positive_int, _error_line, _values_checked_once)
 
 
 def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
-    """Keep the fewest most likely tokens whose mass reaches top_p; renormalize."""
+    """Keep the fewest most likely tokens whose mass reaches top_p; renormalize.
+
+    The most likely token is always kept (a top_p that rounds to 0 in float32 is
+    top-1), and top_p >= 1 keeps every token (a float32 running sum can reach 1
+    before the last tokens, which would drop them).
+    """
+    if top_p >= 1:
+        return probs
     sorted_probs, order = probs.sort(dim=-1, descending=True)
     mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass ranked above
+    ranked = mass_before < top_p
+    ranked[..., 0] = True
     keep = torch.zeros_like(probs, dtype=torch.bool)
-    keep.scatter_(-1, order, mass_before < top_p)
+    keep.scatter_(-1, order, ranked)
     kept = probs * keep
     return kept / kept.sum(dim=-1, keepdim=True)
+
+
+_ROUNDS_TO_ZERO = 2.0**-150  # half the smallest float32: it and less round to 0
 
 
 def top_k_filter(probs: Tensor, top_k: int) -> Tensor:
@@ -43,7 +55,7 @@ def sample_next(logits: Tensor, temperature: float = 1.0, top_p: float | None = 
     numbers whether the model runs on the CPU or a GPU. (A GPU's logits differ from the
     CPU's in their last bits, which can tip a draw near a boundary between two tokens.)
     """
-    if temperature == 0:
+    if temperature <= _ROUNDS_TO_ZERO:  # 0, or 0 in float32: greedy, the limit
         return logits.argmax(dim=-1)
     logits = logits.float()  # the max first: a tiny temperature cannot overflow then
     probs = softmax((logits - logits.amax(dim=-1, keepdim=True)) / temperature, dim=-1)
@@ -264,6 +276,7 @@ def _last_logits(model: TransformerLM, ids: Tensor, positions: Tensor) -> Tensor
 
 
 _EOS_CHECK_EVERY = 16  # steps between two reads of "has every sequence finished?"
+_FIRST_ROOM = 1024  # new ids the output has room for at first; it grows as needed
 _COMPILED = {}  # one compiled step per device type: compiling is slow, calls are not
 
 
@@ -275,6 +288,14 @@ def _compiled_step(device: torch.device):
         _COMPILED[device.type] = torch.compile(_last_logits, mode=mode, fullgraph=True,
                                                dynamic=False)
     return _COMPILED[device.type]
+
+
+def _compile_failure(error: Exception) -> str:
+    """What stopped torch.compile, in one line: too many variants of the step, or
+    the exception's name and first line (no C++ compiler, a backend's fault)."""
+    if isinstance(error, torch._dynamo.exc.FailOnRecompileLimitHit):
+        return "too many variants of the decoding step in this process"
+    return f"it cannot build the decoding step here ({_error_line(error)})"
 
 
 def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
@@ -310,7 +331,7 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
     T = model.context_length
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
     (B, P), device = ids.shape, ids.device
-    out = ids.new_empty(B, P + max_new_tokens)
+    out = ids.new_empty(B, P + min(max_new_tokens, _FIRST_ROOM))
     out[:, :P] = ids
     finished = torch.zeros(B, dtype=torch.bool, device=device)
     window = torch.arange(T, device=device)  # positions of a full window
@@ -328,9 +349,9 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                         torch.compiler.cudagraph_mark_step_begin()
                     try:
                         logits = step(model, nxt[:, None], position)
-                    except torch._dynamo.exc.FailOnRecompileLimitHit:
-                        warnings.warn("torch.compile: too many variants of the "
-                                      "decoding step in this process; going on eagerly")
+                    except Exception as error:  # the compiler's: eager ran this step
+                        warnings.warn(f"torch.compile: {_compile_failure(error)}; "
+                                      "going on eagerly")
                         compile, step, cache.visible[0] = False, _last_logits, n
                         logits = step(model, nxt[:, None], position)
                     position += 1
@@ -342,6 +363,9 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
                 if eos_id is not None:
                     nxt = nxt.masked_fill(finished, eos_id)
                     finished |= nxt == eos_id
+                if n == out.shape[1]:  # room for as many again, up to the last
+                    more = min(n, P + max_new_tokens - n)
+                    out = torch.cat([out, out.new_empty(B, more)], dim=1)
                 out[:, n] = nxt
                 n += 1
                 if (eos_id is not None and n % _EOS_CHECK_EVERY == 0

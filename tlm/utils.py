@@ -57,6 +57,16 @@ def _describe(value) -> str:
     return f"{type(value).__name__} {value!r}"
 
 
+def _error_line(error: BaseException) -> str:
+    """An exception as one line: its class and its message's first line (a compiler's
+    messages run to many). torch.compile wraps what its backend raised (no C++
+    compiler, say) in an exception of its own: the one inside is named."""
+    while isinstance(getattr(error, "inner_exception", None), BaseException):
+        error = error.inner_exception
+    line = (str(error).strip().splitlines() or [""])[0]
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
+
+
 def _check_int(name: str, value, minimum: int = 1) -> int:
     """Return `value` if it is an int >= minimum, else raise an error naming `name`."""
     what = "a positive int" if minimum == 1 else f"an int >= {minimum}"

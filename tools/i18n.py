@@ -182,10 +182,9 @@ def _shown(path: Path) -> Path:
     return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
-def load_catalog(stem: str) -> dict:
-    path = catalog_path(stem)
-    if not path.exists():
-        return {}
+def _load_yaml(path: Path, expected: str):
+    """A YAML file of the Chinese edition, as a mapping; InputError (one line naming the
+    file, and the line and column where it can) if it is not valid YAML or not a mapping."""
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader) or {}
     except yaml.MarkedYAMLError as e:
@@ -195,9 +194,15 @@ def load_catalog(stem: str) -> dict:
     except (yaml.YAMLError, UnicodeDecodeError) as e:
         raise InputError(f"{_shown(path)}: not valid YAML: {' '.join(str(e).split())}") from None
     if not isinstance(data, dict):
-        raise InputError(f"{_shown(path)}: expected a mapping of cell ids, "
-                         f"got {type(data).__name__}")
+        raise InputError(f"{_shown(path)}: expected {expected}, got {type(data).__name__}")
     return data
+
+
+def load_catalog(stem: str) -> dict:
+    path = catalog_path(stem)
+    if not path.exists():
+        return {}
+    return _load_yaml(path, "a mapping of cell ids")
 
 
 class _Dumper(yaml.SafeDumper):
@@ -223,11 +228,24 @@ def dump_catalog(stem: str, entries: dict) -> None:
 
 
 def edition() -> dict:
-    return yaml.safe_load(EDITION.read_text(encoding="utf-8"))
+    return _load_yaml(EDITION, "a mapping of the edition's strings")
 
 
 def glossary() -> list[dict]:
-    return yaml.safe_load((CATALOGS / "glossary.yml").read_text(encoding="utf-8"))["terms"]
+    path = CATALOGS / "glossary.yml"
+    terms = _load_yaml(path, "a mapping with a list 'terms'").get("terms")
+    if not isinstance(terms, list):
+        raise InputError(f"{_shown(path)}: expected 'terms', a list, got "
+                         f"{type(terms).__name__}")
+    for number, term in enumerate(terms, 1):
+        avoid = term.get("avoid", []) if isinstance(term, dict) else None
+        if not (isinstance(term, dict) and isinstance(term.get("en"), str)
+                and isinstance(term.get("zh"), str) and isinstance(avoid, list)
+                and all(isinstance(word, str) for word in avoid)):
+            raise InputError(f"{_shown(path)}: term {number} must be a mapping with "
+                             "strings 'en' and 'zh' and a list of strings 'avoid', got "
+                             f"{term!r}")
+    return terms
 
 
 # --- what a translation must keep ----------------------------------------------------------
@@ -403,11 +421,12 @@ def build(out: Path, strict: bool = True) -> None:
     """
     out = _out_dir(out)
     books = {stem: translated(stem, path, strict) for stem, path in pages().items()}
+    settings = edition()
     out.mkdir(parents=True, exist_ok=True)
     (out / MARKER).write_text("Written by tools/i18n.py build, which replaces this directory.\n")
     tmp = Path(tempfile.mkdtemp(prefix=".i18n-tmp-", dir=out))
     try:
-        _write_book(tmp, books)
+        _write_book(tmp, books, settings)
         for old in out.iterdir():  # the earlier build, and any a killed build left
             if old in (tmp, out / MARKER):
                 continue
@@ -439,8 +458,7 @@ def _out_dir(out: Path) -> Path:
                      f"{MARKER}), got '{out}', {got}")
 
 
-def _write_book(out: Path, books: dict[str, list[tuple[str, str]]]) -> None:
-    settings = edition()
+def _write_book(out: Path, books: dict[str, list[tuple[str, str]]], settings: dict) -> None:
     (out / "chapters").mkdir()
     for stem, path in pages().items():
         cells = books[stem]
