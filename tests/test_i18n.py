@@ -115,7 +115,10 @@ def test_a_faithful_translation_passes(one_cell):
     ("层的损失", "层的\n损失", "line break between Chinese characters"),
     ("层的损失", "层的奈特损失", "'nat (unit of information)' is '纳特'"),
     ("层的损失", "层在 rank 0 上的损失", "'rank (of a process)' is '进程编号'"),
-    ("层的损失", "层的损失 all-reduce 一次", "'all-reduce' is '全规约'"),
+    ("层的损失", "层的损失 all-reduce 一次", "'all-reduce' is '全归约'"),
+    ("层的损失", "层的全规约", "'reduction' is '归约' here, not '规约'"),
+    ("层的损失", "层的键/值缓存", "'KV cache' is 'KV 缓存' here, not '键/值缓存'"),
+    ("层的损失", "层的教师强制", "'teacher forcing' is '强制教学' here, not '教师强制'"),
     ("层的损失", "层的 Broadcast 损失", "the collective)' is '广播'"),
 ])
 def test_a_translation_that_loses_structure_or_the_glossary_is_refused(one_cell, old, new,
@@ -142,7 +145,8 @@ def test_the_glossary_terms_the_chinese_edition_chose_once():
                        ("plain (the simplest version)", "朴素"), ("head size", "头维度"),
                        ("rank (of a process)", "进程编号"),
                        ("broadcast (shapes; the collective)", "广播"),
-                       ("all-reduce", "全规约"), ("reduce-scatter", "规约散射"),
+                       ("all-reduce", "全归约"), ("reduce-scatter", "归约散射"),
+                       ("reduction", "归约"), ("teacher forcing", "强制教学"),
                        ("all-gather", "全收集"), ("written whole (atomically)", "原子写入"),
                        ("rank (tiktoken's, of a merge)", "合并优先级")]:
         assert zh[en]["zh"] == chosen and zh[en].get("avoid"), en
@@ -444,6 +448,9 @@ def test_the_chinese_book_has_the_english_headings_of_every_page(built):
 # Each caveat of README.md (as it reads there) and the words that carry it in README.zh-CN.md.
 CAVEATS = [
     ("The nccl path has not yet run on a GPU here.", "nccl 路径还没有在 GPU 上运行过"),
+    ("`--resume` continues a run with the same number of processes",
+     "`--resume` 要用与原运行相同数量的进程"),
+    ("### On a GPU", "除英文 README 中“On a GPU”一节的 H100 数据"),
     ("Two processes on this machine's CPU (`--device cpu`) log the same losses as one process "
      "with twice the micro-batches", "记录的损失与使用两倍微批量的单个进程相同"),
     ("bit for bit on a CPU (with the same number of threads), and on a GPU only with "
