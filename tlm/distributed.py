@@ -72,7 +72,8 @@ def run_processes(fn, world_size: int = 2, args: tuple = (),
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if backend == "nccl" and gpus < world_size:
         raise ValueError(f"backend 'nccl' runs one process per GPU: world_size "
-                         f"{world_size} needs {world_size} GPUs, this machine has {gpus}")
+                         f"{world_size} needs {world_size} GPUs, this machine has "
+                         f"{gpus}")
     if not callable(fn):
         raise TypeError(f"fn must be a function, got {type(fn).__name__}")
     _check_importable(fn)
