@@ -399,6 +399,22 @@ def test_chinese_sections_take_the_english_anchors_and_keep_their_labels(tmp_pat
     assert doc.nameids["多设备训练"] == "training-on-many-devices" and "id1" not in doc.ids
 
 
+def test_a_label_before_a_chinese_heading_keeps_its_id_for_a_ref(tmp_path):
+    english = tmp_path / "page.md"
+    english.write_text("# Weight decay: which weights it shrinks\n", encoding="utf-8")
+    doc = _page("权重衰减：它缩小哪些权重")
+    section = doc[0]
+    section["ids"].insert(0, "text-weight-decay")  # `(text-weight-decay)=`: docutils puts it
+    section["names"].append("text-weight-decay")  # first where the title makes no id
+    doc.ids["text-weight-decay"] = section
+    doc.nameids["text-weight-decay"] = "text-weight-decay"
+    doc.nametypes["text-weight-decay"] = True  # explicit
+    anchors._anchors(_app(tmp_path, i18n.headings(english)), doc)
+    assert section["ids"] == ["weight-decay-which-weights-it-shrinks", "text-weight-decay"]
+    assert doc.ids["text-weight-decay"] is section and "id1" not in doc.ids
+    assert doc.nameids["text-weight-decay"] == "text-weight-decay"
+
+
 def test_english_sections_get_the_same_anchors_from_their_titles(tmp_path):
     doc = _page("Training on many devices", "Code: the handout’s version",
                 "Code: the handout’s version")  # smart quotes, as Sphinx gives them
@@ -488,3 +504,28 @@ def test_the_chinese_readme_shows_only_commands_the_english_one_has():
     assert len(commands) >= 10
     for command in commands:
         assert command in english, command
+
+
+# --- the Chinese book's search and page furniture -------------------------------------------
+
+def test_the_chinese_search_index_holds_chinese_words():
+    """Sphinx indexes Chinese words only when it can segment them (jieba, in requirements.txt);
+    without it the Chinese book's search finds no Chinese word."""
+    from sphinx.search.zh import SearchChinese
+    words = set(SearchChinese({}).split("KV 缓存与滑动窗口"))
+    assert {"缓存", "滑动", "窗口", "KV"} <= words
+
+
+def test_the_furniture_the_themes_leave_in_english_is_replaced_where_it_is_whole():
+    strings = i18n.edition()["sphinx"]["ui_strings"]
+    html = ('<input placeholder="Search this book..." aria-label="Search this book...">'
+            '<a class="headerlink" title="Link to this heading">#</a>'
+            '<button title="列印成 PDF"></button>'
+            '<p class="component-author">\n作者： tlm 编写组\n</p>'
+            '<p>Toggle primary sidebar, said the text</p><a href="Color mode">x</a>')
+    out = edition_link.furnished(html, strings)
+    assert 'placeholder="搜索本书…" aria-label="搜索本书…"' in out
+    assert 'title="链接到此标题"' in out and 'title="打印为 PDF"' in out
+    assert "\n作者：tlm 编写组\n" in out
+    assert "Toggle primary sidebar, said the text" in out and 'href="Color mode"' in out
+    assert edition_link.furnished(html, {}) == html
