@@ -212,6 +212,10 @@ def test_the_chinese_book_has_every_page_its_captions_and_the_note(built):
                             ["md"])
     config = yaml.safe_load((built / "_config.yml").read_text(encoding="utf-8"))
     assert config["sphinx"]["config"]["language"] == "zh_CN"
+    # the glossary's terms, which jieba would split, kept whole in the search index
+    words = Path(config["sphinx"]["config"]["html_search_options"]["dict"])
+    assert words == built / i18n.SEARCH_WORDS
+    assert {"归约散射", "滑动窗口", "词元"} <= set(words.read_text("utf-8").split())
 
 
 @pytest.mark.parametrize("config, this, other", [
@@ -438,14 +442,15 @@ def test_no_line_starts_with_the_punctuation_after_math_or_code():
     paragraph += [nodes.Text("见 "), nodes.math("x", "x"), nodes.Text("，然后 "),
                   nodes.literal("f(a, b)", "f(a, b)"), nodes.Text("。"),
                   nodes.literal("g", "g"), nodes.Text("、"), nodes.math("y", "y"),
-                  nodes.Text(" 不变")]
+                  nodes.Text(" 不变"), nodes.literal("h", "h"), nodes.Text("）；下一句")]
     doc += paragraph
     anchors._no_break_before_punctuation(None, doc)
     shown = [(type(n).__name__, getattr(n, "get", lambda k: None)("classes"), n.astext())
              for n in paragraph.children]
     assert shown == [("Text", None, "见 "), ("inline", ["nowrap"], "x，"), ("Text", None, "然后 "),
                      ("literal", [], "f(a, b)"), ("Text", None, "\u2060。"),  # a word joiner
-                     ("inline", ["nowrap"], "g、"), ("math", [], "y"), ("Text", None, " 不变")]
+                     ("inline", ["nowrap"], "g、"), ("math", [], "y"), ("Text", None, " 不变"),
+                     ("inline", ["nowrap"], "h）；"), ("Text", None, "下一句")]  # every mark
 
 
 def test_the_chinese_book_has_the_english_headings_of_every_page(built):

@@ -93,12 +93,15 @@ def _no_break_before_punctuation(app, doctree) -> None:
         # MathJax draws math as one box, and a browser may break a name in a table's code
         # (_static/tlm.css) before it honours a word joiner: the math or the one-word code and
         # the punctuation go into one span that does not wrap at their boundary
+        # (all the punctuation that follows: a browser may break between two marks at the
+        # span's end, `）` inside and `；` outside)
+        marks = len(text) - len(text.lstrip(PUNCTUATION))
         wrap = nodes.inline("", "", classes=["nowrap"])
         parent[at] = wrap
         wrap += node
-        wrap += nodes.Text(text[0])
-        if len(text) > 1:
-            parent[at + 1] = nodes.Text(text[1:])
+        wrap += nodes.Text(text[:marks])
+        if len(text) > marks:
+            parent[at + 1] = nodes.Text(text[marks:])
         else:
             del parent[at + 1]
 
