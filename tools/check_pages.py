@@ -96,7 +96,9 @@ SEARCHES = {"缓存": "chapters/16_generation.html", "滑动窗口": "chapters/1
             "归约散射": "chapters/22_distributed.html"}
 SEARCH_JS = r"""
 async () => {
-  const done = () => document.querySelector('#search-results p.search-summary');
+  // the summary line is written once the last result is shown
+  const summary = () => document.querySelector('#search-results p.search-summary');
+  const done = () => summary() && summary().innerText.trim() !== '';
   for (let i = 0; i < 200 && !done(); i++) await new Promise(r => setTimeout(r, 100));
   return [...document.querySelectorAll('#search-results ul.search li a')]
     .map(a => a.getAttribute('href'));

@@ -7,9 +7,10 @@ other edition's root relative to this one's. The link is written into each page 
 built, so it works offline and without JavaScript.
 
 `ui_strings` maps a string of the built pages to what the edition shows instead: tooltips,
-labels and placeholders (`title`, `aria-label`, `data-bs-title`, `placeholder`) that the themes
-do not translate, or translate in another region's usage, and whole text lines of the
-footer. They are replaced in the HTML files once the build has written them.
+labels, placeholders and image texts (`title`, `aria-label`, `data-bs-title`, `placeholder`,
+`alt`) that the themes do not translate, or translate in another region's usage, and whole
+text lines of the footer. They are replaced in the HTML files once the build has written
+them.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import re
 from html import escape
 from pathlib import Path
 
-ATTRIBUTES = ("title", "aria-label", "data-bs-title", "placeholder")
+ATTRIBUTES = ("title", "aria-label", "data-bs-title", "placeholder", "alt")
 
 
 def _banner(app, pagename, templatename, context, doctree):
