@@ -546,10 +546,15 @@ def test_run_processes_refuses_nccl_with_fewer_gpus_than_processes(monkeypatch):
         tlm.run_processes(tlm.distributed._collectives, 1, backend="nccl")
 
 
-def test_the_chapters_functions_run_on_the_cpu_outside_an_nccl_group():
+def test_the_chapters_functions_run_on_the_cpu_outside_an_nccl_group(monkeypatch):
+    """(The chapter's cells run them in gloo groups and print their CPU tensors.)"""
+    assert tlm.distributed._rank_device() == torch.device("cpu")  # no group at all
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
     assert tlm.distributed._rank_device() == torch.device("cpu")
-    (got,) = tlm.run_processes(tlm.distributed._collectives, 1)
-    assert {t.device.type for t in got.values()} == {"cpu"}
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # set_device(rank 1)
+    assert tlm.distributed._rank_device() == torch.device("cuda", 1)
 
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
