@@ -533,3 +533,38 @@ def test_run_processes_names_functions_a_new_process_cannot_import(monkeypatch):
     with pytest.raises(TypeError, match=r"'nested' is defined interactively "
                                         r"\(a notebook or the REPL\); a new process"):
         tlm.run_processes(nested, 2)
+
+
+def test_run_processes_refuses_nccl_with_fewer_gpus_than_processes(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"^backend 'nccl' runs one process per GPU: "
+                                         r"world_size 2 needs 2 GPUs, this machine has 1$"):
+        tlm.run_processes(tlm.distributed._collectives, 2, backend="nccl")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="this machine has 0$"):
+        tlm.run_processes(tlm.distributed._collectives, 1, backend="nccl")
+
+
+def test_the_chapters_functions_run_on_the_cpu_outside_an_nccl_group(monkeypatch):
+    """(The chapter's cells run them in gloo groups and print their CPU tensors.)"""
+    assert tlm.distributed._rank_device() == torch.device("cpu")  # no group at all
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+    assert tlm.distributed._rank_device() == torch.device("cpu")
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # set_device(rank 1)
+    assert tlm.distributed._rank_device() == torch.device("cuda", 1)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_the_chapters_runs_on_two_gpus_with_nccl_as_on_the_cpu_with_gloo():
+    gloo = tlm.run_processes(tlm.distributed._collectives, 2)
+    nccl = tlm.run_processes(tlm.distributed._collectives, 2, backend="nccl")
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(gloo, nccl) for k in a)
+    for mode in ("ddp", "fsdp", "torch-ddp"):
+        cpu = tlm.run_processes(tlm.distributed._data_parallel_run, 2, (mode,))
+        gpu = tlm.run_processes(tlm.distributed._data_parallel_run, 2, (mode,), "nccl")
+        for a, b in zip(cpu, gpu):
+            assert all(torch.allclose(a["weights"][k], b["weights"][k], rtol=0, atol=1e-5)
+                       for k in a["weights"]), mode
