@@ -20,13 +20,14 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
     """Keep the fewest most likely tokens whose mass reaches top_p; renormalize.
 
     The most likely token is always kept (a top_p that rounds to 0 in float32 is
-    top-1), and top_p >= 1 keeps every token (a float32 running sum can reach 1
-    before the last tokens, which would drop them).
+    top-1), and top_p >= 1 keeps every token. The running sum is float64 (where the
+    device has it): in float32 it can reach 1 before the last tokens, and drop them.
     """
     if top_p >= 1:
         return probs
     sorted_probs, order = probs.sort(dim=-1, descending=True)
-    mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs  # mass ranked above
+    wide = sorted_probs.to(torch.float32 if probs.device.type == "mps" else torch.float64)
+    mass_before = wide.cumsum(dim=-1) - wide  # mass ranked above
     ranked = mass_before < top_p
     ranked[..., 0] = True
     keep = torch.zeros_like(probs, dtype=torch.bool)
