@@ -39,13 +39,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg"]
 # name: (command after the interpreter, time limit in seconds)
 PARTS = {
-    "flash": (["benchmarks/flash_attention.py", "--quick"], 150),
+    "flash": (["benchmarks/flash_attention.py", "--quick"], 150),  # most of it compiling
     "gpu": (["benchmarks/gpu.py", "--no-decode"], 170),
-    "decode": (["benchmarks/decode.py", "--device", "cuda"], 90),
+    "decode": (["benchmarks/decode.py", "--device", "cuda"], 80),
     "tests": (["-m", "pytest", "tests", "-q", "-n", "8", "--dist", "loadfile",
                "--ignore=tests/test_standalone.py", "--ignore=tests/test_pages.py"], 90),
     "chapters": (["-m", "pytest", "chapters", "-q", "-n", "8", "--dist", "loadfile",
-                  *NBVAL], 150),
+                  *NBVAL], 130),
 }
 TARGETS = {"flash": 0.8, "gpu": 0.45, "decode": 3.0}
 

@@ -237,17 +237,16 @@ def _triton_case(shape, dtype, is_causal, seed=0):
                for got, want in zip([out, q.grad, k.grad, v.grad], expected, strict=True))
 
 
-@pytest.mark.parametrize("config", [(64, 64, 4, 3), (32, 64, 4, 3), (64, 16, 4, 3)],
-                         ids=str)
-def test_the_gpu_tiles_in_the_interpreter(monkeypatch, config):
+@pytest.mark.parametrize(("config", "dtype", "is_causal"), [
+    ((64, 64, 4, 3), torch.float16, True), ((32, 64, 4, 3), torch.float16, False),
+    ((64, 16, 4, 3), torch.float32, True)], ids=str)
+def test_the_gpu_tiles_in_the_interpreter(monkeypatch, config, dtype, is_causal):
     """The tiles a GPU runs (64 and unequal sides), float16 products as on the GPU:
     diagonal tiles, a ragged last tile and fewer queries than keys all hit."""
     if not fa.INTERPRETED:
         pytest.skip("the interpreter's setting (on CUDA the autotuner's run)")
     monkeypatch.setattr(fa, "INTERPRETER_CONFIG", config)
-    for is_causal in (False, True):
-        assert _triton_case((1, 70, 130, 24), torch.float16, is_causal) < TOL[torch.float16]
-    assert _triton_case((2, 33, 33, 16), torch.float32, True) < TOL[torch.float32]
+    assert _triton_case((1, 70, 130, 24), dtype, is_causal) < TOL[dtype]
 
 
 def test_heads_and_grouped_heads_are_read_in_place():
@@ -281,7 +280,7 @@ def test_64_bit_offsets(monkeypatch):
     assert not fa._meta(big[:, :, :2**24], big, [big[:, :, :2**24]], True)["LONG"]
     meta = fa._meta
     monkeypatch.setattr(fa, "_meta", lambda *args: meta(*args) | dict(LONG=True))
-    assert _triton_case((2, 37, 37, 24), torch.float32, True) < TOL[torch.float32]
+    assert _triton_case((1, 20, 37, 24), torch.float32, True) < TOL[torch.float32]
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="Dynamo captures Triton kernels "
