@@ -303,3 +303,39 @@ def test_triton_function_compiled_equals_eager(dtype):
     for e, c in zip(eager, compiled, strict=True):
         assert ((c - e).norm() / e.norm()).item() < {torch.float32: 1e-6,
                                                       torch.bfloat16: 1e-3}[dtype]
+
+
+@pytest.mark.parametrize("n", [40, 4096], ids=["small, first setting", "autotuned"])
+def test_a_setting_too_large_for_the_gpu_falls_back(monkeypatch, n):
+    """A GPU with less shared memory than the settings were chosen for (a T4, an L4):
+    OutOfResources, raised before anything runs, sends the launch to FALLBACK."""
+    if fa.triton is None:
+        pytest.skip("Triton is not installed")
+    launched = []
+
+    def launcher(grid):
+        def launch(*args, BQ=None, BK=None, num_warps=None, num_stages=None, **meta):
+            launched.append((grid, (BQ, BK, num_warps, num_stages)))
+            if (BQ, BK, num_warps, num_stages) != fa.FALLBACK:
+                raise fa.OutOfResources(100_000, 65_536, "shared memory")
+        return launch
+
+    class Kernel:  # the autotuner over its JIT function, neither of which fits
+        fn = type("JIT", (), {"__getitem__": lambda self, grid: launcher(grid)})()
+
+        def __getitem__(self, grid):
+            def autotuned(*args, **meta):
+                launched.append(("autotuned", None))
+                raise fa.OutOfResources(100_000, 65_536, "shared memory")
+            return autotuned
+
+    monkeypatch.setattr(fa, "INTERPRETED", False)
+    monkeypatch.setitem(fa._KERNELS, "dq", Kernel())
+    q, k, v, do, dq, dk, dv = (torch.empty(16, 1, n, 64, dtype=torch.bfloat16,
+                                           device="meta") for _ in range(7))
+    lse = delta = torch.empty(16, 1, n, device="meta")
+    launch = fa._backward_launches(q, k, v, do, dq, dk, dv, lse, delta, True)[1]
+    fa._launch(*launch)
+    first = fa.flash_configs("dq", 16, 64)[0]  # the setting small problems take
+    tried = [((-(-n // first[0]), 16), first)] if n == 40 else [("autotuned", None)]
+    assert launched == tried + [((-(-n // fa.FALLBACK[0]), 16), fa.FALLBACK)]

@@ -20,6 +20,7 @@ from tlm.attention import ATTN_KERNELS
 try:  # the optional extra tlm[flash]
     import triton
     import triton.language as tl
+    from triton.runtime.errors import OutOfResources
 except ImportError:
     triton = tl = None
 
@@ -212,6 +213,9 @@ CONFIGS = {
            (32, 128): [(32, 32, 4, 2)]},
 }
 INTERPRETER_CONFIG = (16, 16, 1, 1)
+# for a GPU with less shared memory than an A100 (a T4, an L4), where a setting above
+# does not fit: small tiles, one stage (compiled for sm_75, it fits a T4's 64 KB)
+FALLBACK = (16, 32, 4, 1)
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e))
 
 
@@ -582,19 +586,26 @@ def _launch(name: str, over: str, args: tuple, meta: dict, programs: int) -> Non
     """Run a kernel on (tiles of its rows, programs) programs.
 
     over: "n" (a program per query tile) or "m" (per key tile). The autotuner picks the
-    tiles for large problems; small ones, and the interpreter, take one setting.
+    tiles for large problems; small ones take the first setting, the interpreter its
+    own; a GPU whose shared memory the chosen setting overflows takes FALLBACK.
     """
-    kernel, size, tile = _KERNELS[name], meta[over], "BQ" if over == "n" else "BK"
-    if INTERPRETED or programs * meta["n_bucket"] * meta["m_bucket"] < 2**24:
-        bq, bk, warps, stages = (INTERPRETER_CONFIG if INTERPRETED else
-                                 flash_configs(name, 8 * args[0].element_size(),
-                                         meta["HEAD_DIM"])[0])
+    kernel, size = _KERNELS[name], meta[over]
+
+    def run(bq, bk, warps, stages):
         grid = (triton.cdiv(size, bq if over == "n" else bk), programs)
         kernel.fn[grid](*args, **meta, **_options(), BQ=bq, BK=bk, num_warps=warps,
                         num_stages=stages)
-    else:
-        kernel[lambda c: (triton.cdiv(size, c[tile]), programs)](*args, **meta,
-                                                                 **_options())
+    if INTERPRETED:
+        return run(*INTERPRETER_CONFIG)
+    try:
+        if programs * meta["n_bucket"] * meta["m_bucket"] < 2**24:
+            run(*flash_configs(name, 8 * args[0].element_size(), meta["HEAD_DIM"])[0])
+        else:
+            tile = "BQ" if over == "n" else "BK"
+            kernel[lambda c: (triton.cdiv(size, c[tile]), programs)](*args, **meta,
+                                                                     **_options())
+    except OutOfResources:  # raised before the launch: nothing ran
+        run(*FALLBACK)
 
 
 def _forward_launches(q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
