@@ -51,3 +51,14 @@ def test_exp2_leaves_no_multiply_by_log2e_per_score(report):
     for r in report:
         if r["kernel"] == "forward":
             assert 0 < 8 * r["log2e_multiplies"] <= r["exponentials"], r
+
+
+def test_the_fallback_fits_a_t4():
+    """FALLBACK, which a launch takes where the GPU's shared memory is too small for its
+    setting, fits a T4 (sm_75, 64 KB a program) where it needs the most shared memory of
+    the three kernels, two dtypes and d in {64, 128}: the dK, dV kernel in float32 at
+    d = 128 (51,200 bytes with Triton 3.9), multiplied as a T4 does, without TF32."""
+    r, = fa.compile_flash_kernels([dict(arch="sm_75", dtype="float32", d=128,
+                                        kernel="dkdv", config=fa.FALLBACK,
+                                        precision="ieee")])
+    assert r["shared"] <= fa.SHARED_MEMORY[75], r
