@@ -29,7 +29,7 @@ TESTS := tests chapters
 endif
 
 .PHONY: setup export check-export test test-compat book book-zh check-pages i18n-status \
-	execute clean
+	execute clean gpu-check
 
 setup: $(STAMP)
 
@@ -111,6 +111,15 @@ i18n-status: $(STAMP)
 execute: $(STAMP)
 	$(PY) tools/execute.py $(NB)
 	$(PY) tools/quote_outputs.py
+
+# On a machine with a CUDA GPU: the FlashAttention kernels against sdpa, the training and
+# decoding benchmarks, the unit tests and every chapter (TLM_DEVICE=cuda), each part with
+# its own time limit and log, in about 9 minutes; the dated report goes to benchmarks/results/
+# (OUT=DIR elsewhere). Without CUDA it says so in one line and fails. Where the machine has
+# CUDA torch but no package registry: bring the test tools as wheels (WHEELS=DIR; see
+# benchmarks/gpu-check-requirements.txt) and name its interpreter (PYTHON=python3).
+gpu-check: $(STAMP)
+	@$(PY) benchmarks/gpu_check.py $(if $(WHEELS),--wheels $(WHEELS)) $(if $(OUT),--out $(OUT))
 
 clean:
 	rm -rf _build

@@ -24,9 +24,10 @@ DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TRITON_REASON = fa.triton_unavailable_reason(DEVICE)
 FUNCTIONS = {"pytorch": tlm.get_flashattention_autograd_function_pytorch,
              "triton": tlm.get_flashattention_autograd_function_triton}
-# Largest |error| allowed against float64: float32 rounding, and bfloat16's 8 bits
-# (the Triton kernels round P to bfloat16 before P V, as FlashAttention does).
-TOL = {torch.float32: 2e-5, torch.bfloat16: 6e-2}
+# Largest |error| allowed against float64: float32 rounding, and the 16-bit formats' 8 and
+# 11 bits (the Triton kernels round P to the input dtype before P V, as FlashAttention
+# does; float16 runs the GPU's 16-bit products in the interpreter too).
+TOL = {torch.float32: 2e-5, torch.bfloat16: 6e-2, torch.float16: 8e-3}
 # (batch, queries, keys, d): none a multiple of the tile (16) but the last; 20 queries over
 # 45 keys are the last 20 positions (causal offset 25); d=24 pads to 32 in the kernels
 SHAPES = [(2, 37, 37, 24), (1, 20, 45, 16), (3, 16, 16, 8), (1, 1, 1, 4)]
@@ -49,7 +50,7 @@ def _draw(shape, dtype, seed=0):
 def _oracle(q, k, v, grad, is_causal):
     """Output and gradients of F.scaled_dot_product_attention in float64 on the CPU."""
     q, k, v = (t.detach().cpu().double().requires_grad_() for t in (q, k, v))
-    n, m = q.shape[1], k.shape[1]
+    n, m = q.shape[-2], k.shape[-2]
     mask = torch.ones(n, m, dtype=torch.bool).tril(m - n) if is_causal else None
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     out.backward(grad.cpu().double())
@@ -177,5 +178,164 @@ def test_the_triton_kernels_refuse_a_dtype_they_cannot_compute_in():
     with pytest.raises(TypeError, match="must be float32, bfloat16 or float16 for the "
                                         "Triton kernels, got torch.float64"):
         tlm.get_flashattention_autograd_function_triton().apply(q, q, q, False)
-    o = tlm.get_flashattention_autograd_function_pytorch().apply(q, q, q, False)
-    assert o.dtype == torch.float64  # the PyTorch version takes it (computing in float32)
+
+
+def test_the_pytorch_function_computes_float64_in_float64():
+    """Its tiles compute in promote_types(dtype, float32): float64 stays float64, so
+    gradcheck (finite differences in float64) holds."""
+    function = tlm.get_flashattention_autograd_function_pytorch()
+    q, k, v, grad = _draw((2, 37, 45, 24), torch.float64)
+    q, k, v = (t.cpu().requires_grad_() for t in (q, k, v))
+    out = function.apply(q, k, v, True)
+    out.backward(grad.cpu())
+    expected = _oracle(q, k, v, grad, True)
+    for got, want in zip([out, q.grad, k.grad, v.grad], expected, strict=True):
+        assert got.dtype == torch.float64
+        assert (got.detach() - want).abs().max().item() < 1e-12
+    small = [t.detach()[:1, :3, :4].clone().requires_grad_() for t in (q, k, v)]
+    assert torch.autograd.gradcheck(lambda a, b, c: function.apply(a, b, c, True), small)
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_second_derivatives_are_refused(name):
+    """backward is first-order only: create_graph=True (a Hessian-vector product, a
+    gradient penalty) raises instead of returning a wrong second derivative."""
+    function = _function(name)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 6, 8, generator=g).to(DEVICE).requires_grad_()
+    w = torch.randn(1, 6, 8, generator=g).to(DEVICE)
+    out = function.apply(1.5 * x, 0.5 * x, x, True)
+    with pytest.raises(NotImplementedError, match="no double backward"):
+        grad_x, = torch.autograd.grad((out ** 2).sum() + (x ** 3).sum(), x,
+                                      create_graph=True)
+        torch.autograd.grad((grad_x * w).sum(), x)  # a Hessian-vector product
+    grad_x, = torch.autograd.grad((function.apply(x, x, x, True) ** 2).sum(), x)
+    assert torch.isfinite(grad_x).all()  # first derivatives as before
+
+
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_a_width_of_zero_and_a_batch_of_zero(name):
+    function = _function(name)
+    empty = torch.zeros(1, 4, 0, device=DEVICE)
+    with pytest.raises(ValueError, match="need a width d >= 1 .* got d=0"):
+        function.apply(empty, empty, empty, False)
+    q = torch.zeros(0, 5, 8, device=DEVICE, requires_grad=True)
+    out = function.apply(q, q, q, True)
+    out.sum().backward()
+    assert out.shape == (0, 5, 8) and q.grad.shape == (0, 5, 8)
+
+
+def _triton_case(shape, dtype, is_causal, seed=0):
+    """Max |error| of the Triton Function's output and gradients against float64."""
+    function = _function("triton")
+    q, k, v, grad = _draw(shape, dtype, seed)
+    q, k, v = (t.requires_grad_() for t in (q, k, v))
+    out = function.apply(q, k, v, is_causal)
+    out.backward(grad)
+    expected = _oracle(q, k, v, grad, is_causal)
+    return max((got.detach().cpu().double() - want).abs().max().item()
+               for got, want in zip([out, q.grad, k.grad, v.grad], expected, strict=True))
+
+
+@pytest.mark.parametrize(("config", "dtype", "is_causal"), [
+    ((64, 64, 4, 3), torch.float16, True), ((32, 64, 4, 3), torch.float16, False),
+    ((64, 16, 4, 3), torch.float32, True)], ids=str)
+def test_the_gpu_tiles_in_the_interpreter(monkeypatch, config, dtype, is_causal):
+    """The tiles a GPU runs (64 and unequal sides), float16 products as on the GPU:
+    diagonal tiles, a ragged last tile and fewer queries than keys all hit."""
+    if not fa.INTERPRETED:
+        pytest.skip("the interpreter's setting (on CUDA the autotuner's run)")
+    monkeypatch.setattr(fa, "INTERPRETER_CONFIG", config)
+    assert _triton_case((1, 70, 130, 24), dtype, is_causal) < TOL[dtype]
+
+
+def test_heads_and_grouped_heads_are_read_in_place():
+    """(batch, heads, seq, d) views in a model's layout and GQA's shared key/value heads:
+    the kernels read them through their strides, and save them without a copy."""
+    if TRITON_REASON is not None:
+        pytest.skip(TRITON_REASON)
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 19, 6, 16, generator=g).to(DEVICE)  # (batch, seq, heads, d)
+    q = x[:, :, :4].transpose(1, 2).requires_grad_()  # 4 query heads, a strided view
+    kv = torch.randn(2, 2, 23, 2, 16, generator=g).to(DEVICE)  # 2 key/value heads
+    k, v = (kv[..., i, :].requires_grad_() for i in (0, 1))
+    out = tlm.FlashAttentionTriton.apply(q, k, v, True)
+    saved = out.grad_fn.saved_tensors
+    assert {t.data_ptr() for t in saved} >= {q.data_ptr(), k.data_ptr(), v.data_ptr()}
+    grad = torch.randn(out.shape, generator=g).to(DEVICE)
+    out.backward(grad)
+    expected = _oracle(q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), grad, True)
+    expected[2] = expected[2].unflatten(1, (2, 2)).sum(2)  # a group's gradients add up
+    expected[3] = expected[3].unflatten(1, (2, 2)).sum(2)
+    for got, want in zip([out, q.grad, k.grad, v.grad], expected, strict=True):
+        assert (got.detach().cpu().double() - want).abs().max().item() < 2e-5
+
+
+def test_64_bit_offsets(monkeypatch):
+    """LONG (set where a (batch entry, head) spans 2**31 elements) computes the same."""
+    if TRITON_REASON is not None:
+        pytest.skip(TRITON_REASON)
+    big = torch.empty(1, 1, 2**25, 64, device="meta")  # 2**31 elements
+    assert fa._meta(big, big, [big], True)["LONG"]
+    assert not fa._meta(big[:, :, :2**24], big, [big[:, :, :2**24]], True)["LONG"]
+    meta = fa._meta
+    monkeypatch.setattr(fa, "_meta", lambda *args: meta(*args) | dict(LONG=True))
+    assert _triton_case((1, 20, 37, 24), torch.float32, True) < TOL[torch.float32]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="Dynamo captures Triton kernels "
+                    "on CUDA (under the interpreter it traces numpy)")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_triton_function_compiled_equals_eager(dtype):
+    """The Spring 2025 leaderboard's harness calls torch.compile(apply): compiled, the
+    Triton Function's output and gradients equal eager's."""
+    torch._dynamo.reset()
+    fn = tlm.FlashAttentionTriton.apply
+    q, k, v, grad = _draw((4, 300, 300, 64), dtype)
+
+    def run(f):
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = f(*leaves, True)
+        out.backward(grad)
+        return [out.detach().float()] + [t.grad.float() for t in leaves]
+
+    eager, compiled = run(fn), run(torch.compile(fn))
+    for e, c in zip(eager, compiled, strict=True):
+        assert ((c - e).norm() / e.norm()).item() < {torch.float32: 1e-6,
+                                                      torch.bfloat16: 1e-3}[dtype]
+
+
+@pytest.mark.parametrize("n", [40, 4096], ids=["small, first setting", "autotuned"])
+def test_a_setting_too_large_for_the_gpu_falls_back(monkeypatch, n):
+    """A GPU with less shared memory than the settings were chosen for (a T4, an L4):
+    OutOfResources, raised before anything runs, sends the launch to FALLBACK."""
+    if fa.triton is None:
+        pytest.skip("Triton is not installed")
+    launched = []
+
+    def launcher(grid):
+        def launch(*args, BQ=None, BK=None, num_warps=None, num_stages=None, **meta):
+            launched.append((grid, (BQ, BK, num_warps, num_stages)))
+            if (BQ, BK, num_warps, num_stages) != fa.FALLBACK:
+                raise fa.OutOfResources(100_000, 65_536, "shared memory")
+        return launch
+
+    class Kernel:  # the autotuner over its JIT function, neither of which fits
+        fn = type("JIT", (), {"__getitem__": lambda self, grid: launcher(grid)})()
+
+        def __getitem__(self, grid):
+            def autotuned(*args, **meta):
+                launched.append(("autotuned", None))
+                raise fa.OutOfResources(100_000, 65_536, "shared memory")
+            return autotuned
+
+    monkeypatch.setattr(fa, "INTERPRETED", False)
+    monkeypatch.setitem(fa._KERNELS, "dq", Kernel())
+    q, k, v, do, dq, dk, dv = (torch.empty(16, 1, n, 64, dtype=torch.bfloat16,
+                                           device="meta") for _ in range(7))
+    lse = delta = torch.empty(16, 1, n, device="meta")
+    launch = fa._backward_launches(q, k, v, do, dq, dk, dv, lse, delta, True)[1]
+    fa._launch(*launch)
+    first = fa.flash_configs("dq", 16, 64)[0]  # the setting small problems take
+    tried = [((-(-n // first[0]), 16), first)] if n == 40 else [("autotuned", None)]
+    assert launched == tried + [((-(-n // fa.FALLBACK[0]), 16), fa.FALLBACK)]

@@ -18,7 +18,7 @@ from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule
 from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate_plain, generate
 from .train import play_text, shakespeare_splits, write_shakespeare, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, check_config, load_tokens, Runtime, train_model, CompileCheckError, plot_log, load_run, param_groups
 from .benchmark import summarize, training_step, inference_step, attention_sweep
-from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton
+from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch, flash_configs, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton, flash_compile_unavailable_reason, compile_flash_kernels
 from .distributed import run_processes, DDP, ShardedOptimizer, FSDP, join_from_environment, mixed_precision, DistributedRuntime
 from .tokenizer_files import load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file
 from .utils import get_device, saved_tensor_bytes, time_alternating, patch, draw_diagram
