@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_runs import make_data_dir, make_run_dir
+
 # Without CUDA, Triton's kernels (tlm.flash_attention) run in its interpreter, which
 # triton.jit chooses when it wraps them, at `import tlm`: before any test module imports it.
 if not torch.cuda.is_available():
@@ -59,3 +61,15 @@ class RecordCalls(torch.overrides.TorchFunctionMode):
 @pytest.fixture
 def record_calls():
     return RecordCalls
+
+
+# The byte-level data directory and 30-step run of tests/tiny_runs.py, for the tests of
+# `tlm train`, `tlm generate` and `tlm data` (test_train, test_run, test_runtime, test_cli).
+@pytest.fixture
+def data_dir(tmp_path) -> Path:
+    return make_data_dir(tmp_path / "data")
+
+
+@pytest.fixture
+def run_dir(data_dir, tmp_path) -> Path:
+    return make_run_dir(data_dir, tmp_path / "run")
