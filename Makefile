@@ -88,9 +88,9 @@ book-zh: $(STAMP)
 	$(JB) build _build/zh/src --all -W --keep-going
 	rm -rf _build/zh/html && mv _build/zh/src/_build/html _build/zh/html
 
-# Both built books in headless Chromium at 1280 x 800 (tools/check_pages.py), with what `make
-# test` does not need: Debian's chromium and a CJK font for the Chinese pages (apt, once), and
-# playwright in its own venv.
+# Both built books in headless Chromium at 1280 x 800 and at 390 pixels, their links, and the
+# Chinese book's search (tools/check_pages.py), with what `make test` does not need: Debian's
+# chromium and a CJK font for the Chinese pages (apt, once), and playwright in its own venv.
 PAGES_VENV := .venv-pages
 check-pages: book book-zh $(PAGES_VENV)/.installed
 	command -v chromium >/dev/null && fc-list :lang=zh | grep -q . \

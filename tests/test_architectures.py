@@ -281,3 +281,38 @@ def test_real_configs_match_transformers_on_the_meta_device(name):
     assert tlm.count_params(**REAL[name]) == n == sum(p.numel() for p in ours.parameters())
     published = {"Llama-3-8B": 8.03e9, "Qwen3-8B": 8.19e9, "Qwen3-0.6B": 0.596e9}[name]
     assert n == pytest.approx(published, rel=2e-3)
+
+
+def test_the_handouts_model_builds_the_handouts_layer_and_an_option_the_architectures_one(
+        tmp_path):
+    """The attention chapter's layer for the handout's model; any of the architectures
+    chapter's options (given to the layer, the block or the model) makes its subclass, with
+    the same state-dict keys. Both survive a deep copy and a whole-module save."""
+    plain = tlm.TransformerLM(**BASE)
+    assert {type(b.attn) for b in plain.layers} == {tlm.MultiHeadSelfAttention}
+    assert not hasattr(plain.layers[0].attn, "num_kv_heads")
+    rebuilt = tlm.TransformerLM(**plain.config)  # the config spells out the defaults
+    assert {type(b.attn) for b in rebuilt.layers} == {tlm.MultiHeadSelfAttention}
+    for options in OPTIONS.values():
+        model = tlm.TransformerLM(**BASE, **options)
+        grouped = any(k in options for k in ("num_kv_heads", "head_dim", "qk_norm"))
+        kinds = {type(b.attn) for b in model.layers}
+        assert kinds == {tlm.GroupedQueryAttention if grouped else tlm.MultiHeadSelfAttention}
+    layer = tlm.MultiHeadSelfAttention(64, 4, qk_norm=True)
+    assert type(layer) is tlm.GroupedQueryAttention
+    assert isinstance(layer, tlm.MultiHeadSelfAttention)
+    block = tlm.TransformerBlock(64, 4, 96, 24, 1e4, num_kv_heads=2, qk_norm=True,
+                                 rms_norm_eps=1e-6)
+    assert type(block.attn) is tlm.GroupedQueryAttention and block.attn.q_norm.eps == 1e-6
+    with pytest.raises(TypeError, match="num_kv_heads"):
+        tlm.TransformerBlock(64, 4, 96, 24, 1e4, num_kv_heads=2.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'kv_heads'"):
+        tlm.MultiHeadSelfAttention(64, 4, kv_heads=2)
+    import copy
+    for module in (plain, tlm.TransformerLM(**BASE, **OPTIONS["qwen3"])):
+        twin = copy.deepcopy(module)
+        assert [type(b.attn) for b in twin.layers] == [type(b.attn) for b in module.layers]
+        torch.save(module, tmp_path / "whole.pt")
+        loaded = torch.load(tmp_path / "whole.pt", weights_only=False)
+        ids = torch.randint(0, 300, (2, 10))
+        assert torch.equal(loaded(ids), module(ids))

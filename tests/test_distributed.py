@@ -25,9 +25,9 @@ CONFIG = dict(vocab_size=49, context_length=12, d_model=20, num_layers=2, num_he
 STEPS, BATCH = 4, 6
 
 
-def _model(seed: int):
+def _model(seed: int, dtype=torch.float32):
     torch.manual_seed(seed)
-    model = tlm.TransformerLM(**CONFIG)
+    model = tlm.TransformerLM(**CONFIG, dtype=dtype)
     model.layers[0].ln1.weight.requires_grad_(False)  # a frozen parameter
     return model
 
@@ -64,14 +64,15 @@ def _train(model, step_fn, optimizer, batches, parts: int = 1):
 
 
 def _one_process(kind: str) -> dict:
-    model = _model(0)
+    model = _model(0, torch.float64)
     optimizer = _optimizer(kind, model, False)
     _train(model, lambda: None, optimizer, _batches())
     return {k: v.clone() for k, v in model.state_dict().items()}
 
 
 def _rank(rank: int, world_size: int, kind: str, sharded: bool) -> dict:
-    model = _model(100 * rank)  # other weights on every rank but 0: DDP broadcasts rank 0's
+    # other weights on every rank but 0: DDP broadcasts rank 0's
+    model = _model(100 * rank, torch.float64)
     ddp = tlm.DDP(model)
     assert model.lm_head.weight is model.token_embeddings.weight
     optimizer = _optimizer(kind, model, sharded)
@@ -89,7 +90,7 @@ def _rank(rank: int, world_size: int, kind: str, sharded: bool) -> dict:
 
 
 def _reference_weights(seed: int) -> dict:
-    return _model(seed).state_dict()
+    return _model(seed, torch.float64).state_dict()
 
 
 @pytest.mark.parametrize("world_size, kind, sharded", [
@@ -98,10 +99,12 @@ def test_data_parallel_equals_one_process(world_size, kind, sharded):
     one = _one_process(kind)
     start = _reference_weights(0)
     ranks = tlm.run_processes(_rank, world_size, (kind, sharded))
-    # float32: the ranks sum the batch in another order than one process; AdamW divides
-    # each gradient by its running size, which magnifies that rounding where a gradient is
-    # nearly zero (measured: 6.5e-5 at one element of 820 with three ranks)
-    atol = 1e-4 if kind == "adamw" else 1e-5
+    # in float64: the ranks sum the batch in another order than one process, and AdamW
+    # divides each gradient by its running size, which magnifies that rounding where a
+    # gradient is nearly zero; in float32 that reached 1.1e-4 at one element of 820 with
+    # three ranks, on one CPU and not another. In float64 the ranks differ from one
+    # process by 2e-16, and a sum where the mean belongs moves a weight by 1e-2 (measured)
+    atol = 1e-9
     for run in ranks:
         assert run["frozen_grad"] is None  # nothing computed or sent for it
         for name, value in one.items():
@@ -533,3 +536,38 @@ def test_run_processes_names_functions_a_new_process_cannot_import(monkeypatch):
     with pytest.raises(TypeError, match=r"'nested' is defined interactively "
                                         r"\(a notebook or the REPL\); a new process"):
         tlm.run_processes(nested, 2)
+
+
+def test_run_processes_refuses_nccl_with_fewer_gpus_than_processes(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=r"^backend 'nccl' runs one process per GPU: "
+                                         r"world_size 2 needs 2 GPUs, this machine has 1$"):
+        tlm.run_processes(tlm.distributed._collectives, 2, backend="nccl")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="this machine has 0$"):
+        tlm.run_processes(tlm.distributed._collectives, 1, backend="nccl")
+
+
+def test_the_chapters_functions_run_on_the_cpu_outside_an_nccl_group(monkeypatch):
+    """(The chapter's cells run them in gloo groups and print their CPU tensors.)"""
+    assert tlm.distributed._rank_device() == torch.device("cpu")  # no group at all
+    monkeypatch.setattr(dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "gloo")
+    assert tlm.distributed._rank_device() == torch.device("cpu")
+    monkeypatch.setattr(dist, "get_backend", lambda group=None: "nccl")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 1)  # set_device(rank 1)
+    assert tlm.distributed._rank_device() == torch.device("cuda", 1)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs")
+def test_the_chapters_runs_on_two_gpus_with_nccl_as_on_the_cpu_with_gloo():
+    gloo = tlm.run_processes(tlm.distributed._collectives, 2)
+    nccl = tlm.run_processes(tlm.distributed._collectives, 2, backend="nccl")
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(gloo, nccl) for k in a)
+    for mode in ("ddp", "fsdp", "torch-ddp"):
+        cpu = tlm.run_processes(tlm.distributed._data_parallel_run, 2, (mode,))
+        gpu = tlm.run_processes(tlm.distributed._data_parallel_run, 2, (mode,), "nccl")
+        for a, b in zip(cpu, gpu):
+            assert all(torch.allclose(a["weights"][k], b["weights"][k], rtol=0, atol=1e-5)
+                       for k in a["weights"]), mode

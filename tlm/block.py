@@ -21,25 +21,27 @@ class TransformerBlock(nn.Module):
         max_seq_len, theta: RoPE table size and base.
         device, dtype: as in torch.nn.
         rope: a RotaryPositionalEmbedding shared with other blocks (theta unused then).
-        attn_implementation, num_kv_heads, head_dim, qk_norm: passed to
-            MultiHeadSelfAttention (grouped-query attention, head size, QK-norm).
+        attn_implementation: passed to MultiHeadSelfAttention.
         rms_norm_eps: eps of every RMSNorm in the block.
+        attention_options: more options of the attention layer, which a later chapter
+            adds (the architectures chapter's grouped-query attention); the norms they
+            bring use rms_norm_eps too.
     """
 
     def __init__(self, d_model: int, num_heads: int, d_ff: int, max_seq_len: int,
                  theta: float, device=None, dtype=None,
                  rope: RotaryPositionalEmbedding | None = None,
-                 attn_implementation: str = "eager", num_kv_heads: int | None = None,
-                 head_dim: int | None = None, qk_norm: bool = False,
-                 rms_norm_eps: float = 1e-5):
+                 attn_implementation: str = "eager", rms_norm_eps: float = 1e-5,
+                 **attention_options):
         super().__init__()
         _check_positive_float("rms_norm_eps", rms_norm_eps)
         kw = dict(device=device, dtype=dtype)
         self.ln1 = RMSNorm(d_model, rms_norm_eps, **kw)
+        if attention_options:
+            attention_options = dict(rms_norm_eps=rms_norm_eps, **attention_options)
         self.attn = MultiHeadSelfAttention(
             d_model, num_heads, max_seq_len, theta, **kw, rope=rope,
-            attn_implementation=attn_implementation, num_kv_heads=num_kv_heads,
-            head_dim=head_dim, qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
+            attn_implementation=attn_implementation, **attention_options)
         self.ln2 = RMSNorm(d_model, rms_norm_eps, **kw)
         self.ffn = SwiGLU(d_model, d_ff, **kw)
 

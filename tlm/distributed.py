@@ -30,6 +30,8 @@ from tlm.training import gradient_clipping
 
 def _worker(rank, world_size, init_file, backend, fn, args, out_dir):
     torch.set_num_threads(1)  # one core for each process
+    if backend == "nccl":
+        torch.cuda.set_device(rank)  # one GPU for each process, picked before joining
     dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank,
                             world_size=world_size)
     try:
@@ -52,14 +54,26 @@ def _check_importable(fn) -> None:
                         "%%writefile my_fn.py, then `from my_fn import ...`)")
 
 
+def _rank_device() -> torch.device:
+    """This process's device: its own GPU in an nccl group, else the CPU."""
+    if dist.is_available() and dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def run_processes(fn, world_size: int = 2, args: tuple = (),
                   backend: str = "gloo") -> list:
     """Run fn(rank, world_size, *args) in world_size new processes joined in one process
     group; return what each rank returned, in rank order. fn must be importable (defined
     at the top level of a module file, not in a notebook) and return something
-    torch.save can write."""
+    torch.save can write. backend "nccl" runs one process per GPU (rank r on cuda:r)."""
     if type(world_size) is not int or world_size < 1:
         raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if backend == "nccl" and gpus < world_size:
+        raise ValueError(f"backend 'nccl' runs one process per GPU: world_size "
+                         f"{world_size} needs {world_size} GPUs, this machine has "
+                         f"{gpus}")
     if not callable(fn):
         raise TypeError(f"fn must be a function, got {type(fn).__name__}")
     _check_importable(fn)
@@ -73,7 +87,8 @@ def run_processes(fn, world_size: int = 2, args: tuple = (),
 
 def _collectives(rank: int, world_size: int) -> dict:
     """Each collective on this rank's tensor [10 rank + 1, 10 rank + 2]; what it got."""
-    mine = torch.tensor([10.0 * rank + 1, 10.0 * rank + 2])
+    device = _rank_device()
+    mine = torch.tensor([10.0 * rank + 1, 10.0 * rank + 2], device=device)
     got = {}
     t = mine.clone()
     dist.broadcast(t, src=0)
@@ -84,12 +99,13 @@ def _collectives(rank: int, world_size: int) -> dict:
     parts = [torch.empty_like(mine) for _ in range(world_size)]
     dist.all_gather(parts, mine)
     got["all-gather"] = torch.cat(parts)
-    pieces = list((torch.arange(2.0 * world_size) + 10 * rank).chunk(world_size))
+    pieces = list((torch.arange(2.0 * world_size, device=device) + 10 * rank)
+                  .chunk(world_size))
     got["reduce-scatter input"] = torch.cat(pieces)
-    t = torch.empty(2)
+    t = torch.empty(2, device=device)
     dist.reduce_scatter(t, pieces)
     got["reduce-scatter"] = t
-    return got
+    return {name: t.cpu() for name, t in got.items()}
 
 
 def _all_reduce_gradients(module: nn.Module) -> int:
@@ -112,8 +128,10 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
     # each rank starts from other weights, which the wrappers replace by rank 0's; FSDP2
     # does not broadcast (each rank keeps a shard of its own), so there all start alike
     torch.manual_seed(0 if mode == "torch-fsdp" else rank)
+    device = _rank_device()  # built on the CPU, then moved: the same weights anywhere
     model = TransformerLM(vocab_size=64, context_length=16, d_model=32, num_layers=2,
-                          num_heads=4, d_ff=64, rope_theta=10000.0, tie_embeddings=True)
+                          num_heads=4, d_ff=64, rope_theta=10000.0,
+                          tie_embeddings=True).to(device)
     model.ln_final.weight.requires_grad_(False)
     if mode == "plain":
         for t in [*model.parameters(), *model.buffers()]:
@@ -122,10 +140,11 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
     if mode == "fsdp":
         wrapped = FSDP(model, dtype and getattr(torch, dtype))
     if mode == "torch-ddp":
-        wrapped = nn.parallel.DistributedDataParallel(model)
+        wrapped = nn.parallel.DistributedDataParallel(
+            model, device_ids=None if device.type == "cpu" else [device.index])
     if mode == "torch-fsdp":  # FSDP2: each block a unit that gathers as a whole
-        # the CPU, said: FSDP2's default mesh is CUDA's wherever CUDA exists
-        mesh = init_device_mesh("cpu", (world_size,))
+        # the device, said: FSDP2's default mesh is CUDA's wherever CUDA exists
+        mesh = init_device_mesh(device.type, (world_size,))
         for block in model.layers:
             fully_shard(block, mesh=mesh)
         wrapped = fully_shard(model, mesh=mesh)
@@ -139,7 +158,7 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
     assert batch % world_size == 0, "the ranks take equal shares of the batch"
     share = batch // world_size
     losses, calls = [], 0
-    for x in data[:, rank * share:(rank + 1) * share]:
+    for x in data[:, rank * share:(rank + 1) * share].to(device):
         optimizer.zero_grad()
         logits = wrapped(x[:, :-1])
         loss = nn.functional.cross_entropy(logits.float().flatten(0, 1),
@@ -162,6 +181,7 @@ def _data_parallel_run(rank: int, world_size: int, mode: str, dtype: str | None 
         weights = {name: full[name] for name in names}
     else:
         weights = {k: v.detach().clone() for k, v in model.named_parameters()}
+    weights = {k: v.cpu() for k, v in weights.items()}
     return {"weights": weights, "losses": losses, "all_reduces": calls,
             "numbers_held": sum(_local(p).numel() for p in wrapped.parameters()),
             "optimizer_bytes": sum(_local(t).nbytes for s in state.values()

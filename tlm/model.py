@@ -68,6 +68,13 @@ class TransformerLM(nn.Module):
                      d_ff=d_ff)
         for name, value in sizes.items():
             _check_positive_int(name, value)
+        # the options of the architectures chapter's attention, where they are not the
+        # handout's (model.config spells those out too)
+        given = dict(num_kv_heads=num_kv_heads, head_dim=head_dim, qk_norm=qk_norm)
+        handout = dict(num_kv_heads=num_heads, qk_norm=False,
+                       head_dim=None if d_model % num_heads else d_model // num_heads)
+        attention = {k: v for k, v in given.items() if v is not None
+                     and not (type(v) is type(handout[k]) and v == handout[k])}
         if head_dim is None and d_model % num_heads:
             raise ValueError(f"d_model={d_model} must be divisible by "
                              f"num_heads={num_heads} (or give head_dim)")
@@ -87,8 +94,7 @@ class TransformerLM(nn.Module):
         self.layers = nn.ModuleList(
             TransformerBlock(d_model, num_heads, d_ff, context_length, rope_theta, **kw,
                              rope=rope, attn_implementation=attn_implementation,
-                             num_kv_heads=num_kv_heads, head_dim=head_dim,
-                             qk_norm=qk_norm, rms_norm_eps=rms_norm_eps)
+                             rms_norm_eps=rms_norm_eps, **attention)
             for _ in range(num_layers))
         self.ln_final = RMSNorm(d_model, rms_norm_eps, **kw)
         self.lm_head = Linear(d_model, vocab_size, **kw)
@@ -96,7 +102,7 @@ class TransformerLM(nn.Module):
             self.token_embeddings.weight = self.lm_head.weight
         self.config = dict(**sizes, rope_theta=rope_theta,
                            attn_implementation=attn_implementation,
-                           num_kv_heads=self.layers[0].attn.num_kv_heads,
+                           num_kv_heads=num_kv_heads or num_heads,
                            head_dim=head_dim, qk_norm=qk_norm,
                            tie_embeddings=tie_embeddings, rms_norm_eps=rms_norm_eps)
 

@@ -161,9 +161,19 @@ def load_tokens(path, vocab_size: int) -> np.ndarray:
     return data
 
 
+def _shown(path: str) -> Path:
+    """A recorded (absolute) path as messages show it: from the working directory when
+    it lies below it."""
+    try:
+        relative = os.path.relpath(path)
+    except ValueError:  # Windows: another drive
+        return Path(path)
+    return Path(path if relative.startswith("..") else relative)
+
+
 def _load_data(config: dict) -> tuple[np.ndarray, np.ndarray]:
     """The training and validation tokens, memory-mapped and checked."""
-    data_dir = Path(config["data_dir"])
+    data_dir = _shown(config["data_dir"])
     splits = [load_tokens(data_dir / f"{split}.npy", config["vocab_size"])
               for split in ("train", "valid")]
     for name, data in zip(("train.npy", "valid.npy"), splits):
@@ -300,7 +310,7 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
 
 def _resumed_state(config: dict, ckpt_path: Path) -> dict:
     """The checkpoint a run resumes from, refused if the run would train otherwise."""
-    out_dir, data_dir = ckpt_path.parent, Path(config["data_dir"])
+    out_dir, data_dir = ckpt_path.parent, _shown(config["data_dir"])
     state = _run_state(ckpt_path)
     differs = _other_tokenizer(out_dir, data_dir)  # the run's copy, from its start
     if differs:

@@ -5,7 +5,8 @@ Docutils makes a section's anchor from its title; a Chinese title has no Latin l
 section would get a counter (`#id8`) that shifts when a section is added and never matches the
 English page, and a title used twice on a page gets one in English too. Here each section's
 anchor is the slug docutils makes from its English heading, with `-2`, `-3`, ... for a heading
-used again on the page, in both editions; explicit labels (`(sec-x)=`) stay as they are. The
+used again on the page, in both editions; explicit labels (`(sec-x)=`) stay as they are, beside
+it, so that a `{ref}` to one still finds its section. The
 English book takes the headings from its own sections; `tools/i18n.py build` writes the Chinese
 book's `section_anchors` (a JSON file beside its `_config.yml`: page -> the English headings'
 plain text, in order).
@@ -62,14 +63,18 @@ def _anchors(app, doctree) -> None:
         old = section["ids"][0] if section["ids"] else None
         if old == new or document.ids.get(new, section) is not section:
             continue  # already the English anchor, or another node's id
-        if old is not None:
-            section["ids"][0] = new
-            document.ids.pop(old, None)
+        # the id docutils made from the title goes; a label's id (`(text-weight-decay)=`,
+        # which a {ref} links to) stays, after the English anchor, as in the English book
+        labels = {document.nameids[name] for name, explicit in document.nametypes.items()
+                  if explicit and document.nameids.get(name)}
+        made = next((i for i in section["ids"] if i not in labels), None)
+        if made is not None:
+            section["ids"].remove(made)
+            document.ids.pop(made, None)
             for name, target in list(document.nameids.items()):
-                if target == old:
+                if target == made:
                     document.nameids[name] = new
-        else:
-            section["ids"].append(new)
+        section["ids"].insert(0, new)  # the first id is the one the page contents link to
         document.ids[new] = section
 
 
@@ -88,12 +93,15 @@ def _no_break_before_punctuation(app, doctree) -> None:
         # MathJax draws math as one box, and a browser may break a name in a table's code
         # (_static/tlm.css) before it honours a word joiner: the math or the one-word code and
         # the punctuation go into one span that does not wrap at their boundary
+        # (all the punctuation that follows: a browser may break between two marks at the
+        # span's end, `）` inside and `；` outside)
+        marks = len(text) - len(text.lstrip(PUNCTUATION))
         wrap = nodes.inline("", "", classes=["nowrap"])
         parent[at] = wrap
         wrap += node
-        wrap += nodes.Text(text[0])
-        if len(text) > 1:
-            parent[at + 1] = nodes.Text(text[1:])
+        wrap += nodes.Text(text[:marks])
+        if len(text) > marks:
+            parent[at + 1] = nodes.Text(text[marks:])
         else:
             del parent[at + 1]
 

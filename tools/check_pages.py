@@ -1,9 +1,15 @@
-"""Look at the built book as a reader does: every page in headless Chromium at 1280 x 800.
+"""Look at the built book as a reader does: every page in headless Chromium at 1280 x 800, and
+at a phone's width, 390 pixels.
 
 Reports code and output blocks and tables that scroll sideways, error outputs longer than three
 lines, solution outputs visible while their toggles are closed and lines of text that start
-with Chinese closing punctuation, and how many monospace columns fit in a code block. Exit
-status 1 if anything is found. Run `make book` (or `make book-zh`, for `--edition zh`) first.
+with Chinese closing punctuation, and how many monospace columns fit in a code block; at 390
+pixels, where 88 columns cannot fit, only lines that start with Chinese punctuation. Then, read
+from the HTML files, every link of the edition to one of its pages or to a place on one (a
+`#fragment`) that does not resolve; and, for the Chinese edition, whether its search page finds
+the page of a Chinese word (the index holds Chinese words only when Sphinx can segment them,
+with `jieba`). Exit status 1 if anything is found. Run `make book` (or `make book-zh`, for
+`--edition zh`) first.
 
 Needs what `make test` does not: `pip install playwright`, a Chromium (Debian's `chromium`
 package, passed with --chromium; playwright's own download works too) and, for the Chinese
@@ -17,8 +23,11 @@ Usage: python tools/check_pages.py [--edition en|zh] [--chromium /usr/bin/chromi
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from html import unescape
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from playwright.sync_api import sync_playwright
 
@@ -81,6 +90,47 @@ async () => {
   return {scrolling, tables, starts, tracebacks, answers, columns};
 }
 """
+PHONE = 390  # pixels: a phone held upright
+# A word of the Chinese book, and a page that must be among its search results.
+SEARCHES = {"缓存": "chapters/16_generation.html", "滑动窗口": "chapters/16_generation.html",
+            "归约散射": "chapters/22_distributed.html"}
+SEARCH_JS = r"""
+async () => {
+  // the summary line is written once the last result is shown
+  const summary = () => document.querySelector('#search-results p.search-summary');
+  const done = () => summary() && summary().innerText.trim() !== '';
+  for (let i = 0; i < 200 && !done(); i++) await new Promise(r => setTimeout(r, 100));
+  return [...document.querySelectorAll('#search-results ul.search li a')]
+    .map(a => a.getAttribute('href'));
+}
+"""
+ID = re.compile(r"""\sid=["']([^"']+)["']""")
+HREF = re.compile(r"""<a\s[^>]*?href=["']([^"']*)["']""")
+
+
+def broken_links(html: Path, pages: list[Path]) -> list[str]:
+    """Links from `pages` to a page of the book under `html`, or a #fragment of one, that do
+    not resolve: 'page: href'. Links elsewhere (the web, the other edition) are left out."""
+    ids: dict[Path, set[str]] = {}
+    broken = []
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for href in {unescape(h) for h in HREF.findall(text)}:
+            url = urlsplit(href)
+            if url.scheme or url.netloc or href.startswith(("mailto:", "javascript:")):
+                continue
+            target = (page.parent / unquote(url.path) if url.path else page).resolve()
+            if not target.is_relative_to(html.resolve()) or target.suffix != ".html":
+                continue  # the other edition, a source file, an image
+            if not target.exists():
+                broken.append(f"{page.relative_to(html)}: {href}")
+                continue
+            if url.fragment:
+                if target not in ids:
+                    ids[target] = set(ID.findall(target.read_text(encoding="utf-8")))
+                if unquote(url.fragment) not in ids[target]:
+                    broken.append(f"{page.relative_to(html)}: {href}")
+    return broken
 
 
 def main() -> int:
@@ -102,11 +152,14 @@ def main() -> int:
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=args.chromium)
         page = browser.new_page(viewport={"width": args.width, "height": args.height})
+        phone = browser.new_page(viewport={"width": PHONE, "height": 844})
         for path in pages:
             page.goto(path.as_uri())
             found = page.evaluate(PAGE_JS)
+            phone.goto(path.as_uri())
+            narrow = phone.evaluate(PAGE_JS)["starts"]
             bad = sum(len(found[k]) for k in ("scrolling", "tables", "starts", "tracebacks",
-                                              "answers"))
+                                              "answers")) + len(narrow)
             problems += bad
             columns = found["columns"] if found["columns"] is not None else "-"
             print(f"{path.relative_to(html)}: {columns} columns fit; {bad} problems")
@@ -116,12 +169,28 @@ def main() -> int:
                 print(f"  a table scrolls sideways: {text!r}")
             for text in found["starts"]:
                 print(f"  a line starts with punctuation: {text!r}")
+            for text in narrow:
+                print(f"  at {PHONE} pixels, a line starts with punctuation: {text!r}")
             for n in found["tracebacks"]:
                 print(f"  an error output of {n} lines")
             for text in found["answers"]:
                 print(f"  an answer shown under a closed solution: {text!r}")
+        if args.edition == "zh":
+            for word, expected in SEARCHES.items():
+                page.goto((html / "search.html").as_uri() + "?q=" + word)
+                hits = [h.split("#")[0].split("?")[0] for h in page.evaluate(SEARCH_JS)]
+                ok = expected in hits
+                problems += not ok
+                print(f"search for {word}: {len(hits)} pages"
+                      + ("" if ok else f"; {expected} is not among them"))
         browser.close()
-    print(f"{len(pages)} pages at {args.width} x {args.height}: {problems} problems")
+    broken = broken_links(html, pages + [html / "index.html"])
+    for link in broken:
+        print(f"  a link that does not resolve: {link}")
+    problems += len(broken)
+    print(f"links within the edition: {len(broken)} that do not resolve")
+    print(f"{len(pages)} pages at {args.width} x {args.height} and at {PHONE} pixels: "
+          f"{problems} problems")
     return 1 if problems else 0
 
 

@@ -2,7 +2,17 @@
 
 Directives (nbdev style), on the first lines of a code cell:
   #| default_exp NAME   once per notebook: exported cells go to tlm/NAME.py
-  #| export             this cell is part of the package
+  #| export             this cell is part of the package, in the notebook's module
+  #| export NAME        this cell goes to tlm/NAME.py, the module of an earlier chapter
+
+The rule of the book: a feature is exported by the chapter that teaches it. When it extends
+what an earlier chapter exported (the generation chapter's attention over a KV cache, the
+architectures chapter's grouped-query attention), the later chapter exports its cells into
+the earlier module with `#| export NAME`: they follow that module's own cells, under a
+comment naming their chapter, so the module reads in the book's order and is whole when it
+is imported. Such a cell adds a class or function, or replaces a method of an earlier class
+with `@patch(Class)` (tlm.utils), and takes its imports with it. Names defined with
+`@patch` are methods, not names of the module.
 
 `default_exp cli` is the command line: `tlm/__init__.py` does not import it, and the generated
 `tlm/__main__.py` runs its `main` (`python -m tlm`, the same as the console script `tlm`).
@@ -42,12 +52,19 @@ def directives(source: str) -> tuple[list[str], str]:
     return found, "\n".join(lines).strip("\n")
 
 
+def _patches(node: ast.AST) -> bool:
+    """Whether a function is decorated with @patch(...): a method, not a module name."""
+    return any(isinstance(d, ast.Call) and getattr(d.func, "id", None) == "patch"
+               for d in getattr(node, "decorator_list", []))
+
+
 def public_names(tree: ast.Module) -> list[str]:
     """Top-level functions and classes whose names do not start with an underscore."""
     return [
         node.name
         for node in tree.body
         if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")
+        and not _patches(node)
     ]
 
 
@@ -71,11 +88,11 @@ def read_notebook(path: Path, src: str) -> nbformat.NotebookNode:
         raise ExportError(f"{src}: not a notebook ({line})") from None
 
 
-def export_notebook(path: Path) -> tuple[str, str, list[str]] | None:
-    """Return (module name, module text, public names) for one notebook, or None if it exports nothing."""
+def export_notebook(path: Path) -> tuple[str | None, dict[str, list[str]]]:
+    """One notebook's default module (or None) and its export cells' bodies by module."""
     src = f"chapters/{path.name}"
     nb = read_notebook(path, src)
-    module, bodies, names = None, [], []
+    module, bodies = None, {}
     for index, cell in enumerate(nb.cells):
         if cell.cell_type != "code":
             continue
@@ -88,24 +105,44 @@ def export_notebook(path: Path) -> tuple[str, str, list[str]] | None:
                 if module is not None:
                     raise ExportError(f"{src} cell {index}: a second '#| default_exp' (first was {module!r})")
                 module = parts[1]
-        if "export" not in flags:
+        exports = [f.split() for f in flags if f.split()[:1] == ["export"]]
+        if not exports:
             continue
+        if len(exports) > 1 or len(exports[0]) > 2 or not all(w.isidentifier() for w in exports[0]):
+            raise ExportError(f"{src} cell {index}: expected '#| export' or '#| export NAME', "
+                              f"got {' and '.join('#| ' + ' '.join(e) for e in exports)}")
+        target = exports[0][1] if len(exports[0]) == 2 else None
         for lineno, line in enumerate(body.splitlines(), 1):
             if line.lstrip().startswith(("%", "!")):
                 raise ExportError(f"{src} cell {index} line {lineno}: IPython magic or shell line in an export cell: {line!r}")
         try:
-            tree = ast.parse(body, filename=f"{src} cell {index}")
+            ast.parse(body, filename=f"{src} cell {index}")
         except SyntaxError as err:
             raise ExportError(f"{src} cell {index}: export cell does not parse: {err}") from err
-        bodies.append(body)
-        names += [n for n in public_names(tree) if n not in names]  # a later cell may
-        # define a name again (a faster version after the plain one): listed once
-    if not bodies:
-        return None
-    if module is None:
+        bodies.setdefault(target, []).append(body)  # None: the notebook's own module
+    if None in bodies and module is None:
         raise ExportError(f"{src}: has '#| export' cells but no '#| default_exp NAME'")
-    text = BANNER.format(src=src) + "\n" + f"__all__ = {names!r}\n\n" + "\n\n\n".join(bodies) + "\n"
-    return module, text, names
+    if module is not None and module in bodies:  # `#| export NAME` naming its own module
+        bodies.setdefault(None, []).extend(bodies.pop(module))
+    return module, bodies
+
+
+def module_text(module: str, parts: list[tuple[str, list[str]]]) -> tuple[str, list[str]]:
+    """A module's file from its chapters' export cells, in the book's order, and its
+    public names. parts: (chapter's path, its cell bodies), the module's own chapter first."""
+    names, chunks = [], []
+    for number, (src, cells) in enumerate(parts):
+        for body in cells:
+            names += [n for n in public_names(ast.parse(body)) if n not in names]  # a later
+            # cell may define a name again (a faster version after the plain one): once
+        text = "\n\n\n".join(cells)
+        if number:  # a later chapter's cells, after the module's own
+            text = f"# From {src}, which extends this module:\n\n" + text
+        chunks.append(text)
+    sources = parts[0][0] + "".join(f", {src}" for src, _ in parts[1:])
+    text = (BANNER.format(src=sources) + "\n" + f"__all__ = {names!r}\n\n"
+            + "\n\n\n".join(chunks) + "\n")
+    return text, names
 
 
 CLI = "cli"  # the command line: `tlm` and `python -m tlm`, not part of `import tlm`
@@ -119,24 +156,32 @@ raise SystemExit(main())
 
 def build() -> dict[str, str]:
     """All generated files of the package, keyed by file name."""
-    files, init_lines, seen = {}, [], {}
+    owner, parts = {}, {}  # module -> its chapter; module -> [(chapter, bodies)]
     for path in sorted(CHAPTERS.glob("*.ipynb")):
-        result = export_notebook(path)
-        if result is None:
-            continue
-        module, text, names = result
-        if module in seen:
-            raise ExportError(f"chapters/{path.name}: module {module!r} is already exported by {seen[module]}")
-        seen[module] = f"chapters/{path.name}"
-        files[f"{module}.py"] = text
+        src = f"chapters/{path.name}"
+        module, bodies = export_notebook(path)
+        if module is not None and None in bodies:
+            if module in owner:
+                raise ExportError(f"{src}: module {module!r} is already exported by {owner[module]}")
+            owner[module] = src
+            parts[module] = [(src, bodies.pop(None))]
+        for target, cells in bodies.items():
+            if target not in owner:
+                raise ExportError(f"{src}: '#| export {target}' names no module of an earlier "
+                                  f"chapter (a chapter's '#| default_exp {target}' comes first)")
+            parts[target].append((src, cells))
+    files, init_lines = {}, []
+    for module, chapters in parts.items():
+        text, names = module_text(module, chapters)
         if 'if __name__ == "__main__"' in text:
-            raise ExportError(f"chapters/{path.name}: a module of the package is not a script; "
+            raise ExportError(f"{owner[module]}: a module of the package is not a script; "
                               "commands belong in the command line (chapters/23_cli.ipynb)")
+        files[f"{module}.py"] = text
         if names and module != CLI:
             init_lines.append(f"from .{module} import {', '.join(names)}")
     init = BANNER.format(src="every chapter's default_exp") + '"""tlm: a pre-norm Transformer LM built cell by cell."""\n\n'
     files["__init__.py"] = init + "\n".join(init_lines) + "\n"
-    if CLI in seen:
+    if CLI in owner:
         files["__main__.py"] = MAIN
     return files
 

@@ -410,6 +410,7 @@ def chinese_notebook(path: Path, cells: list[tuple[str, str]]) -> str:
 
 
 ANCHORS = "section_anchors.json"  # in the Chinese book: each page's English headings
+SEARCH_WORDS = "search_words.txt"  # in the Chinese book: words its search index keeps whole
 MARKER = ".i18n-build"  # in OUT: an earlier build, which the next one may replace
 
 
@@ -426,7 +427,7 @@ def build(out: Path, strict: bool = True) -> None:
     (out / MARKER).write_text("Written by tools/i18n.py build, which replaces this directory.\n")
     tmp = Path(tempfile.mkdtemp(prefix=".i18n-tmp-", dir=out))
     try:
-        _write_book(tmp, books, settings)
+        _write_book(tmp, books, settings, final=out)
         for old in out.iterdir():  # the earlier build, and any a killed build left
             if old in (tmp, out / MARKER):
                 continue
@@ -458,7 +459,9 @@ def _out_dir(out: Path) -> Path:
                      f"{MARKER}), got '{out}', {got}")
 
 
-def _write_book(out: Path, books: dict[str, list[tuple[str, str]]], settings: dict) -> None:
+def _write_book(out: Path, books: dict[str, list[tuple[str, str]]], settings: dict,
+                final: Path) -> None:
+    """Write the book into `out`, which then becomes `final` (the paths in its config)."""
     (out / "chapters").mkdir()
     for stem, path in pages().items():
         cells = books[stem]
@@ -489,6 +492,12 @@ def _write_book(out: Path, books: dict[str, list[tuple[str, str]]], settings: di
     (out / ANCHORS).write_text(json.dumps(anchors, ensure_ascii=False, indent=1) + "\n",
                                encoding="utf-8")
     config["sphinx"]["config"]["section_anchors"] = ANCHORS
+    # Sphinx indexes Chinese through jieba's segmentation, which splits the book's own terms
+    # (归约散射, 滑动窗口) into pieces unless it knows them: the glossary's, one a line
+    words = sorted({w for t in glossary() for w in t["zh"].split(" / ")
+                    if CJK.search(w) and " " not in w})
+    (out / SEARCH_WORDS).write_text("".join(f"{w}\n" for w in words), encoding="utf-8")
+    config["sphinx"]["config"]["html_search_options"] = {"dict": str(final / SEARCH_WORDS)}
     (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True,
                                                     sort_keys=False), encoding="utf-8")
     for name in ("references.bib", "_static"):
