@@ -162,13 +162,9 @@ def load_tokens(path, vocab_size: int) -> np.ndarray:
 
 
 def _shown(path: str) -> Path:
-    """A recorded (absolute) path as messages show it: from the working directory when
-    it lies below it."""
-    try:
-        relative = os.path.relpath(path)
-    except ValueError:  # Windows: another drive
-        return Path(path)
-    return Path(path if relative.startswith("..") else relative)
+    """A recorded path as shown: relative to the working directory when below it."""
+    below = Path(path).is_relative_to(Path.cwd())
+    return Path(path).relative_to(Path.cwd()) if below else Path(path)
 
 
 def _load_data(config: dict) -> tuple[np.ndarray, np.ndarray]:
