@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
 # reordering by number of tests, which put test_standalone.py (4 tests, 98 s) 42nd of 53
 # files and took 68 s more. The rest follow in their order.
 LONGEST_FIRST = (
-    "chapters/17_text_training.ipynb",  # 260 s: two 150-step trainings
+    "chapters/17_text_training.ipynb",  # a 150-step training and a 50-step run
     "tests/test_distributed.py",  # 150 s: processes that train together
     "tests/test_train.py",  # 113 s
     "tests/test_standalone.py",  # 98 s: three chapters in a bare venv
