@@ -529,6 +529,30 @@ def test_a_glossary_or_edition_file_that_is_not_yaml_is_one_line(checkout, comma
     assert not (i18n.ROOT / "_build").exists()
 
 
+@pytest.mark.parametrize("command", [["check", "05_rmsnorm"], ["status"]])
+@pytest.mark.parametrize("how, message", [("missing", "not found"),
+                                          ("folder", "cannot read it: Is a directory")])
+def test_a_glossary_missing_or_unreadable_is_one_line(checkout, command, how, message):
+    path = i18n.CATALOGS / "glossary.yml"
+    path.unlink()
+    if how == "folder":
+        path.mkdir()
+    _refused(command, rf"^i18n/zh_CN/glossary\.yml: {message}$")
+
+
+@pytest.mark.parametrize("text, message", [
+    ("x: 1\n", "missing 'title', 'author', 'copyright', 'footer', 'intro_note', "
+                "'captions', 'sphinx'"),
+    ("", "missing 'title'"), (None, "not found")])
+def test_an_edition_file_without_its_strings_is_one_line(checkout, text, message):
+    if text is None:
+        i18n.EDITION.unlink()
+    else:
+        i18n.EDITION.write_text(text, encoding="utf-8")
+    _refused(["build", "_build/zh/src"], rf"^i18n/zh_CN\.yml: {re.escape(message)}")
+    assert not (i18n.ROOT / "_build").exists()
+
+
 @pytest.mark.parametrize("text, message", [
     ("- a list\n", "expected a mapping with a list 'terms', got list"),
     ("terms: 3\n", "expected 'terms', a list, got int"),

@@ -187,6 +187,10 @@ def _load_yaml(path: Path, expected: str):
     file, and the line and column where it can) if it is not valid YAML or not a mapping."""
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=_Loader) or {}
+    except FileNotFoundError:
+        raise InputError(f"{_shown(path)}: not found") from None
+    except OSError as e:  # a directory, no permission
+        raise InputError(f"{_shown(path)}: cannot read it: {e.strerror}") from None
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         raise InputError(f"{_shown(path)}: not valid YAML (line {mark.line + 1}, column "
@@ -227,8 +231,15 @@ def dump_catalog(stem: str, entries: dict) -> None:
     tmp.replace(path)
 
 
+EDITION_KEYS = ("title", "author", "copyright", "footer", "intro_note", "captions", "sphinx")
+
+
 def edition() -> dict:
-    return _load_yaml(EDITION, "a mapping of the edition's strings")
+    settings = _load_yaml(EDITION, "a mapping of the edition's strings")
+    missing = [key for key in EDITION_KEYS if key not in settings]
+    if missing:
+        raise InputError(f"{_shown(EDITION)}: missing {', '.join(map(repr, missing))}")
+    return settings
 
 
 def glossary() -> list[dict]:
