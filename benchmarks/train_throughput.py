@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 import tlm
-from tlm.train import MODEL_OPTIONS, OPTIMIZER_OPTIONS, build_model, get_batch
+from tlm.run import MODEL_OPTIONS, OPTIMIZER_OPTIONS
+from tlm.train import build_model, get_batch
 
 
 def step_fn(optimizer, forward, clip, x, y):

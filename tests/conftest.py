@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_runs import make_data_dir, make_run_dir
+
 # Without CUDA, Triton's kernels (tlm.flash_attention) run in its interpreter, which
 # triton.jit chooses when it wraps them, at `import tlm`: before any test module imports it.
 if not torch.cuda.is_available():
@@ -15,7 +17,7 @@ if not torch.cuda.is_available():
 # reordering by number of tests, which put test_standalone.py (4 tests, 98 s) 42nd of 53
 # files and took 68 s more. The rest follow in their order.
 LONGEST_FIRST = (
-    "chapters/17_text_training.ipynb",  # 260 s: two 150-step trainings
+    "chapters/17_text_training.ipynb",  # a 150-step training and a 50-step run
     "tests/test_distributed.py",  # 150 s: processes that train together
     "tests/test_train.py",  # 113 s
     "tests/test_standalone.py",  # 98 s: three chapters in a bare venv
@@ -59,3 +61,15 @@ class RecordCalls(torch.overrides.TorchFunctionMode):
 @pytest.fixture
 def record_calls():
     return RecordCalls
+
+
+# The byte-level data directory and 30-step run of tests/tiny_runs.py, for the tests of
+# `tlm train`, `tlm generate` and `tlm data` (test_train, test_run, test_runtime, test_cli).
+@pytest.fixture
+def data_dir(tmp_path) -> Path:
+    return make_data_dir(tmp_path / "data")
+
+
+@pytest.fixture
+def run_dir(data_dir, tmp_path) -> Path:
+    return make_run_dir(data_dir, tmp_path / "run")

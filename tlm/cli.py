@@ -24,9 +24,11 @@ from tlm.generation import generate
 from tlm.tokenizer import (IAMBIC, WHISPER, Tokenizer, read_vocab, train_bpe,
                            write_merges, write_vocab)
 from tlm.tokenizer_files import encode_file
-from tlm.train import (ABLATIONS, DECAY, DTYPES, EOT, MODEL_OPTIONS, OPTIMIZER_OPTIONS,
-                       RUN_OPTIONS, SEEDS, SHAKESPEARE_MODEL, CompileCheckError,
-                       _device, _run_state, load_run, prepare_shakespeare, train_model)
+from tlm.run import (DTYPES, MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS, SEEDS,
+                     _run_state, load_run, train_model)
+from tlm.runtime import CompileCheckError, _device
+from tlm.train import (ABLATIONS, DECAY, EOT, SHAKESPEARE_MODEL, prepare_shakespeare,
+                       prepare_text)
 from tlm.utils import _error_line
 
 
@@ -70,21 +72,34 @@ def _run(args) -> int:
         return 130
 
 
+_DATA_FILES = ("train.txt", "valid.txt", "vocab.json", "merges.txt", "train.npy",
+               "valid.npy")
+
+
 def _add_data(sub) -> None:
     p = sub.add_parser(
         "data", help="prepare a corpus for `tlm train`",
-        description="Write DIR/train.txt and valid.txt (whole plays held out), a BPE "
-        "tokenizer trained on the training plays (vocab.json, merges.txt), and both "
-        "splits encoded (train.npy, valid.npy).")
-    p.add_argument("dataset", choices=["shakespeare"])
-    p.add_argument("dir", metavar="DIR", help="where the files go")
-    p.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
-    p.add_argument("--processes", type=int, default=None,
-                   help="worker processes (default: one per CPU core)")
-    p.add_argument("--force", action="store_true",
-                   help="replace the files of a directory that is not empty")
-    p.add_argument("--quiet", action="store_true", help="no progress bars")
-    p.set_defaults(run=_data)
+        description="Write into DIR what `tlm train` reads: a training and a held-out "
+        "split (train.txt, valid.txt), a BPE tokenizer trained on the training split "
+        "(vocab.json, merges.txt), and both splits encoded (train.npy, valid.npy).")
+    kinds = p.add_subparsers(dest="dataset", required=True, metavar="DATASET")
+    plays = kinds.add_parser("shakespeare", help="the plays of Shakespeare, four of "
+                             "them held out whole")
+    text = kinds.add_parser("text", help="any UTF-8 text file, its end held out")
+    text.add_argument("file", metavar="FILE", help="a UTF-8 text file")
+    text.add_argument("--valid-fraction", type=float, default=0.1,
+                      help="about this share of FILE's bytes, at its end, is held out, "
+                      "cut at the nearest <|endoftext|> or, without one, the nearest "
+                      "line break (default: 0.1)")
+    for q in (plays, text):
+        q.add_argument("dir", metavar="DIR", help="where the files go")
+        q.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
+        q.add_argument("--processes", type=int, default=None,
+                       help="worker processes (default: one per CPU core)")
+        q.add_argument("--force", action="store_true",
+                       help="replace the files of a directory that is not empty")
+        q.add_argument("--quiet", action="store_true", help="no progress bars")
+        q.set_defaults(run=_data)
 
 
 def _check_processes(args) -> None:
@@ -93,9 +108,24 @@ def _check_processes(args) -> None:
                          f"core), got {args.processes}")
 
 
+def _check_text(args, out: Path) -> None:
+    """FILE exists, holds something, and is none of the files written into DIR."""
+    source = Path(args.file)
+    if not source.is_file():
+        raise ValueError(f"FILE {source} is not a file")
+    if source.stat().st_size == 0:
+        raise ValueError(f"FILE {source} is empty")
+    for name in _DATA_FILES:  # replacing it would lose the text
+        if _same_file(out / name, {"FILE": args.file}):
+            raise ValueError(f"FILE {source} is the {name} that the command writes "
+                             f"into {out}: copy it elsewhere first")
+
+
 def _data(args) -> int:
     _check_processes(args)
     out, start = Path(args.dir), time.perf_counter()
+    if args.dataset == "text":
+        _check_text(args, out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"DIR {out} exists and is not a directory")
     stale = list(out.glob(".tmp-*")) if out.is_dir() else []  # from a killed run
@@ -108,11 +138,20 @@ def _data(args) -> int:
         shutil.rmtree(folder)
     # everything is written into a folder inside DIR first (on DIR's disk, which may be
     # another than its parent's); files move in only once all are complete
+    held_out = ""
     try:
         with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-") as tmp:
-            counts = prepare_shakespeare(tmp, args.vocab_size,
-                                         num_processes=args.processes,
-                                         progress=not args.quiet)
+            if args.dataset == "text":
+                counts = prepare_text(args.file, tmp, args.vocab_size,
+                                      args.valid_fraction, args.processes,
+                                      progress=not args.quiet)
+                share = (Path(tmp, "valid.txt").stat().st_size
+                         / Path(args.file).stat().st_size)
+                held_out = f" (the last {share:.1%} of the text)"
+            else:
+                counts = prepare_shakespeare(tmp, args.vocab_size,
+                                             num_processes=args.processes,
+                                             progress=not args.quiet)
             size = len(read_vocab(Path(tmp, "vocab.json")))  # less: BPE ran out
             for path in sorted(Path(tmp).iterdir()):
                 os.replace(path, out / path.name)
@@ -120,8 +159,8 @@ def _data(args) -> int:
         if made and not any(out.iterdir()):  # as it was
             out.rmdir()
         raise
-    print(f"{counts['train']:,} training and {counts['valid']:,} held-out tokens, "
-          f"vocabulary {size:,} -> {out} "
+    print(f"{counts['train']:,} training and {counts['valid']:,} held-out tokens"
+          f"{held_out}, vocabulary {size:,} -> {out} "
           f"({time.perf_counter() - start:.0f} s)")
     return 0
 

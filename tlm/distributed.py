@@ -24,7 +24,7 @@ from torch.distributed.fsdp import fully_shard
 from tlm.embedding import Embedding
 from tlm.linear import Linear
 from tlm.model import TransformerLM
-from tlm.train import RUNTIMES, Runtime
+from tlm.runtime import RUNTIMES, Runtime
 from tlm.training import gradient_clipping
 
 

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from tlm.tokenizer import read_vocab
-from tlm.train import (MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS, _run_state,
-                       evaluate, load_run, token_bytes)
+from tlm.run import MODEL_OPTIONS, OPTIMIZER_OPTIONS, RUN_OPTIONS, _run_state, load_run
+from tlm.train import evaluate, token_bytes
 from tlm.training import _read_checkpoint
 from tlm.utils import _replace_atomically
 
