@@ -417,6 +417,30 @@ def test_a_new_run_refuses_a_directory_with_another_tokenizer(data_dir, tmp_path
     assert (tmp_path / "project" / "notes.txt").read_text() == "mine"
 
 
+def test_a_new_run_refuses_to_replace_a_log_a_figure_or_a_folder(data_dir, tmp_path,
+                                                                  capsys):
+    """A log.jsonl or loss.png with no checkpoint beside it (the user's, or a run's that
+    stopped before its first checkpoint) was replaced without a word; a folder where the
+    run writes a file, or an --out-dir that is a file, was an errno line (and a lock
+    file left behind)."""
+    args = [*TINY, "--data-dir", data_dir, "--steps", 3]
+    cases = [("log.jsonl", "my notes"), ("loss.png", "my figure"), ("vocab.json", None)]
+    for name, text in cases:
+        out = tmp_path / name.split(".")[0]
+        out.mkdir()
+        (out / name).write_text(text) if text else (out / name).mkdir()
+        before = _tree(out)
+        assert tlm_train(list(map(str, [*args, "--out-dir", out]))) == 2
+        assert capsys.readouterr().err == (f"error: --out-dir {out} holds {name}, which "
+                                           "a new run would replace: remove it, or "
+                                           "choose another --out-dir\n")
+        assert _tree(out) == before and not (out / ".lock").exists()
+    (tmp_path / "afile").write_text("x")
+    assert tlm_train(list(map(str, [*args, "--out-dir", tmp_path / "afile"]))) == 2
+    assert capsys.readouterr().err == (f"error: --out-dir {tmp_path / 'afile'} exists and "
+                                       "is not a directory\n")
+
+
 def test_resume_from_another_working_directory_finds_the_data(data_dir, tmp_path,
                                                              monkeypatch, capsys):
     """The run records its data directory whole: --resume from elsewhere finds it. A

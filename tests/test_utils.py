@@ -4,6 +4,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -86,6 +87,24 @@ def test_check_int():
         _check_int("warmup", False, minimum=0)
     with pytest.raises(ValueError, match="warmup must be an int >= 0, got -1"):
         _check_int("warmup", -1, minimum=0)
+
+
+def test_replace_atomically_refuses_what_is_not_a_file(tmp_path):
+    """`--out /dev/stdout` replaced the device's link by a file (as root); a folder was
+    an errno line naming a temporary file. Refused, the path untouched."""
+    from tlm.utils import _replace_atomically
+    (tmp_path / "folder").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    (tmp_path / "link").symlink_to("/dev/null")
+    for name in ("folder", "pipe", "link"):
+        with pytest.raises(OSError, match=rf"^cannot write {re.escape(str(tmp_path / name))}"
+                                          r": it is not a file \(a folder, a device or a "
+                                          r"pipe\); choose a file$"):
+            with _replace_atomically(tmp_path / name) as f:
+                f.write(b"ids")
+    assert (tmp_path / "folder").is_dir() and (tmp_path / "pipe").is_fifo()
+    assert os.readlink(tmp_path / "link") == "/dev/null"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folder", "link", "pipe"]
 
 
 def test_replace_atomically_keeps_the_old_file_after_a_failure(tmp_path):

@@ -524,10 +524,20 @@ _WRITTEN = ("checkpoint.pt", "log.jsonl", "vocab.json", "merges.txt", "loss.png"
 
 
 def _check_new_run_dir(out_dir: Path, data_dir: Path) -> None:
-    """Refuse, before anything is written there, a directory for a new run that holds
-    another tokenizer than the data's (another data directory, a project): the run
-    would replace its vocab.json and merges.txt, and the token files beside them would
-    no longer match their tokenizer. Other files of the directory are left alone."""
+    """Refuse, before anything is written, a new run's directory where the run would
+    replace what it did not write: another tokenizer than the data's (another data
+    directory: its tokens would no longer match it), a log or figure where no run has
+    been (no .lock; a run stopped before its first checkpoint may start again), or
+    something else than a file where the run writes one. Other files are left alone."""
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out-dir {out_dir} exists and is not a directory")
+    ours = (out_dir / "checkpoint.pt").is_file()  # refused below, with --resume's hint
+    for name in () if ours else _WRITTEN:
+        path, ran = out_dir / name, (out_dir / ".lock").exists()
+        if (path.exists() or path.is_symlink()) and (not path.is_file() or (
+                not ran and name in ("log.jsonl", "loss.png"))):
+            raise ValueError(f"--out-dir {out_dir} holds {name}, which a new run would "
+                             "replace: remove it, or choose another --out-dir")
     differs = _other_tokenizer(out_dir, data_dir, missing=True)
     if differs:
         raise ValueError(f"--out-dir {out_dir} holds another tokenizer than --data-dir "

@@ -241,8 +241,13 @@ def _writing(path, kept: str | None = None):
 @contextlib.contextmanager
 def _replace_atomically(path, mode: str = "wb"):
     """A file open for writing that replaces `path` in one step when the block ends
-    without an error; after an error it is deleted and `path` is untouched."""
+    without an error; after an error it is deleted and `path` is untouched. A path
+    that is there and is not a file (a folder, a device such as /dev/stdout, a pipe)
+    is refused: replacing it would remove it, not write to it."""
     path = Path(path)
+    if (path.exists() or path.is_symlink()) and not path.is_file():
+        raise OSError(f"cannot write {path}: it is not a file (a folder, a device or a "
+                      "pipe); choose a file")
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with _writing(path), os.fdopen(fd, mode,
