@@ -327,11 +327,12 @@ def test_data_removes_what_a_killed_run_left_inside_dir(tmp_path, monkeypatch, c
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
-def test_doctor_says_whether_compile_can_build_here(monkeypatch, capsys):
+def test_doctor_says_whether_compile_can_build_here(capsys):
     rows = doctor_rows(capsys)
     assert re.fullmatch(r"compile\s+ok\s+C\+\+ compiler \S+, for --compile", rows["compile"])
-    monkeypatch.setattr(torch._inductor.config.cpp, "cxx", (None, "/nonexistent/g++"))
-    rows = doctor_rows(capsys)
+    # (Inductor's own override, undone on exit; monkeypatch's undo deleted the setting)
+    with torch._inductor.config.patch({"cpp.cxx": (None, "/nonexistent/g++")}):
+        rows = doctor_rows(capsys)
     assert re.fullmatch(r"compile\s+no\s+--compile on the CPU needs a C\+\+ compiler \(g\+\+ "
                         r"or clang\): InvalidCxxCompiler: No working C\+\+ compiler .*",
                         rows["compile"]), rows["compile"]

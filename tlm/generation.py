@@ -26,7 +26,8 @@ def top_p_filter(probs: Tensor, top_p: float) -> Tensor:
     if top_p >= 1:
         return probs
     sorted_probs, order = probs.sort(dim=-1, descending=True)
-    wide = sorted_probs.to(torch.float32 if probs.device.type == "mps" else torch.float64)
+    wide = sorted_probs.to(torch.float32 if probs.device.type == "mps"  # no float64
+                           else torch.float64)
     mass_before = wide.cumsum(dim=-1) - wide  # mass ranked above
     ranked = mass_before < top_p
     ranked[..., 0] = True
