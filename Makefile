@@ -47,9 +47,10 @@ export: $(STAMP)
 check-export: $(STAMP)
 	$(PY) tools/export.py --check
 
-# Unit tests and every stored notebook output (nbval, strict), in one pytest run.
+# Unit tests and every stored notebook output (nbval, strict), in one pytest run
+# (ARGS: more of pytest's options, e.g. ARGS="--durations=20 --junitxml=junit.xml").
 test: check-export
-	$(PYTEST) $(TESTS) $(NBVAL)
+	$(PYTEST) $(TESTS) $(NBVAL) $(ARGS)
 
 # Colab's environment, the other end of the torch range pyproject.toml admits: Python 3.13
 # and torch 2.11 (a CUDA build, from the registry; it runs on a CPU), in .venv-compat, with
@@ -112,14 +113,17 @@ execute: $(STAMP)
 	$(PY) tools/execute.py $(NB)
 	$(PY) tools/quote_outputs.py
 
-# On a machine with a CUDA GPU: the FlashAttention kernels against sdpa, the training and
-# decoding benchmarks, the unit tests and every chapter (TLM_DEVICE=cuda), each part with
-# its own time limit and log, in about 9 minutes; the dated report goes to benchmarks/results/
-# (OUT=DIR elsewhere). Without CUDA it says so in one line and fails. Where the machine has
-# CUDA torch but no package registry: bring the test tools as wheels (WHEELS=DIR; see
+# The book's GPU half in two calls of a lent GPU, each under six minutes (CALL=1: the
+# FlashAttention and training-step figures; CALL=2: the device's tests, every chapter under
+# nbval with TLM_DEVICE=cuda, compiled decoding), each part with its own time limit, log and
+# results; the dated report goes to benchmarks/results/ (OUT=DIR elsewhere). Without CALL:
+# the plan, each part's limit and the measured durations it comes from (no GPU needed).
+# Without CUDA a call says so in one line and fails. Where the machine has CUDA torch but no
+# package registry: bring the test tools as wheels (WHEELS=DIR; see
 # benchmarks/gpu-check-requirements.txt) and name its interpreter (PYTHON=python3).
 gpu-check: $(STAMP)
-	@$(PY) benchmarks/gpu_check.py $(if $(WHEELS),--wheels $(WHEELS)) $(if $(OUT),--out $(OUT))
+	@$(PY) benchmarks/gpu_check.py $(if $(CALL),--call $(CALL),--plan) \
+		$(if $(WHEELS),--wheels $(WHEELS)) $(if $(OUT),--out $(OUT))
 
 clean:
 	rm -rf _build

@@ -4,12 +4,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from tiny_runs import make_data_dir, make_run_dir
-
 # Without CUDA, Triton's kernels (tlm.flash_attention) run in its interpreter, which
-# triton.jit chooses when it wraps them, at `import tlm`: before any test module imports it.
+# triton.jit chooses when it wraps them, at `import tlm`: before anything imports it, this
+# file's own imports included (tests/test_flash_attention.py checks that it was).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+from tiny_runs import make_data_dir, make_run_dir  # noqa: E402 (imports tlm)
 
 
 # The files that take longest (pytest's durations, measured), handed out first: xdist gives

@@ -176,6 +176,27 @@ def test_bad_options(change, error, match):
         tlm.TransformerLM(**{**BASE, **change})
 
 
+@pytest.mark.parametrize("make,error,match", [
+    (lambda: tlm.GroupedQueryAttention(12, 2, 16, 10000.0, head_dim=3), ValueError,
+     "head_dim must be even for RoPE, got 3"),
+    (lambda: tlm.GroupedQueryAttention(6, 2, 16, 10000.0), ValueError,
+     "d_model / num_heads must be even for RoPE, got 3"),
+    (lambda: type("Sub", (tlm.MultiHeadSelfAttention,), {})(16, 4, num_kv_heads=2),
+     TypeError, r"Sub takes no num_kv_heads: it subclasses MultiHeadSelfAttention "
+     r"\(subclass GroupedQueryAttention instead\)"),
+])
+def test_the_attention_layer_names_what_it_refuses(make, error, match):
+    """The layer alone, as the model's check above does: the head size RoPE cannot
+    rotate, and a grouped-query option given to a subclass of the handout's layer."""
+    with pytest.raises(error, match=match):
+        make()
+
+
+def test_a_subclass_of_grouped_query_attention_takes_its_options():
+    sub = type("Sub", (tlm.GroupedQueryAttention,), {})
+    assert type(sub(16, 4, num_kv_heads=2)) is sub
+
+
 def test_head_dim_lifts_the_divisibility_rule():
     model = tlm.TransformerLM(**{**BASE, "d_model": 66}, head_dim=16, num_kv_heads=2)
     assert model(torch.randint(0, 300, (1, 5))).shape == (1, 5, 300)

@@ -5,6 +5,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -58,8 +59,14 @@ def test_generate_samples_reproducibly_and_the_cache_changes_nothing(run_dir):
 @pytest.mark.parametrize("args, message", [
     (["--top-p", 1.5], "--top-p must be in (0, 1], got 1.5"),
     (["--top-k", 0], "--top-k must be at least 1, got 0"),
-    (["--temperature", -1], "--temperature must be >= 0, got -1.0"),
-    (["--temperature", "nan"], "--temperature must be >= 0, got nan"),
+    (["--temperature", -1], "--temperature must be a finite number >= 0, got -1.0"),
+    (["--temperature", "nan"], "--temperature must be a finite number >= 0, got nan"),
+    (["--temperature", "inf"], "--temperature must be a finite number >= 0, got inf"),
+    # a negative number in any float spelling is a value, not an option
+    (["--temperature", "-1e-46"], "--temperature must be a finite number >= 0, got -1e-46"),
+    (["--temperature", "-inf"], "--temperature must be a finite number >= 0, got -inf"),
+    (["--top-p", "-1E+3"], "--top-p must be in (0, 1], got -1000.0"),
+    (["--prompt", "the \udcff"], "--prompt is not UTF-8 text: byte 0xff at character 4"),
     (["--max-new-tokens", -1], "--max-new-tokens must be at least 1, got -1"),
     (["--max-new-tokens", 0], "--max-new-tokens must be at least 1, got 0"),
     (["--num-samples", 0], "--num-samples must be at least 1"),
@@ -185,6 +192,26 @@ def test_generate_takes_a_run_directory_and_a_folder_named_shakespeare(run_dir, 
                                "cpu"], capture_output=True, text=True, cwd=tmp_path,
                               timeout=300)
     assert packaged.returncode == 0 and packaged.stdout.startswith("HAMLET:")
+
+
+def test_running_out_of_memory_is_one_line(run_dir, monkeypatch, capsys):
+    """--num-samples 10**11 asks for more memory than a machine has: one line, status 1,
+    not a MemoryError's traceback."""
+    import tlm.cli
+
+    def greedy(*args, **kwargs):
+        raise MemoryError()
+    monkeypatch.setattr(tlm.cli, "generate", greedy)
+    assert main(["generate", str(run_dir), "--device", "cpu", "--num-samples", "2"]) == 1
+    assert capsys.readouterr().err == ("error: out of memory: ask for less (a smaller "
+                                       "--batch-size, --num-samples or --max-new-tokens)\n")
+
+
+def test_generate_refuses_a_directory_that_is_no_run(data_dir, capsys):
+    assert main(["generate", str(data_dir), "--device", "cpu"]) == 2
+    assert capsys.readouterr().err == (f"error: CHECKPOINT {data_dir} is a directory "
+                                       "without a checkpoint.pt (a run's directory holds "
+                                       "one)\n")
 
 
 def test_doctor_reports_a_package_without_metadata(monkeypatch, capsys):
@@ -318,24 +345,161 @@ def test_doctor_in_an_environment_of_symlinks(tmp_path):
 
 
 def test_data_removes_what_a_killed_run_left_inside_dir(tmp_path, monkeypatch, capsys):
+    """A folder of tlm data's name that holds only its files: what a killed run left."""
     import tlm.cli
     out = tmp_path / "data"
-    (out / ".tmp-k1ll3d").mkdir(parents=True)
-    (out / ".tmp-k1ll3d" / "train.txt").write_text("half")
+    (out / ".tmp-tlm-data-k1ll3d").mkdir(parents=True)
+    (out / ".tmp-tlm-data-k1ll3d" / "train.txt").write_text("half")
+    (out / ".tmp-tlm-data-k1ll3d" / ".vocab.json.x1y2.tmp").write_text("half")
     monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
     assert main(["data", "shakespeare", str(out), "--quiet"]) == 0  # not "not empty"
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
+def _files(path: Path) -> dict:
+    return {p.relative_to(path): p.read_bytes() for p in sorted(path.rglob("*"))
+            if p.is_file()}
+
+
+def test_data_never_removes_what_it_did_not_make(tmp_path, monkeypatch, capsys):
+    """A user's folder named .tmp-..., one of tlm data's name holding a user's file, and
+    FILE inside such a folder: content of DIR, which --force leaves in place."""
+    import tlm.cli
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
+    out = tmp_path / "data"
+    (out / ".tmp-notes").mkdir(parents=True)
+    (out / ".tmp-notes" / "notes.txt").write_text("precious")
+    (out / ".tmp-tlm-data-mine").mkdir()
+    (out / ".tmp-tlm-data-mine" / "train.txt").write_text("kept")
+    (out / ".tmp-tlm-data-mine" / "notes.txt").write_text("mine")
+    (out / ".tmp-file").write_text("a file")
+    before = _files(out)
+    assert main(["data", "shakespeare", str(out), "--quiet"]) == 2
+    assert "is not empty: choose another, or pass --force" in capsys.readouterr().err
+    assert _files(out) == before
+    assert main(["data", "shakespeare", str(out), "--quiet", "--force"]) == 0
+    assert {k: v for k, v in _files(out).items() if k in before} == before
+    text = tmp_path / "text"
+    (text / ".tmp-tlm-data-x").mkdir(parents=True)  # FILE in a folder of that name
+    (text / ".tmp-tlm-data-x" / "train.txt").write_text("a b c\nd e f\n" * 50)
+    source = text / ".tmp-tlm-data-x" / "train.txt"
+    before = source.read_bytes()
+    assert main(["data", "text", str(source), str(text), "--quiet", "--vocab-size", "257",
+                 "--force"]) == 0
+    assert source.read_bytes() == before
+
+
+def test_a_second_data_run_into_one_dir_is_refused(tmp_path, monkeypatch, capsys):
+    """While one `tlm data` writes DIR it holds DIR's lock (flock on the folder); a
+    second is refused in one line and touches nothing; the lock ends with the first."""
+    fcntl = pytest.importorskip("fcntl")
+    import tlm.cli
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
+    out = tmp_path / "data"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)  # the first run's lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert main(["data", "shakespeare", str(out), "--quiet"]) == 2
+        assert capsys.readouterr().err == (f"error: DIR {out} is in use by another "
+                                           "`tlm data`: wait for it to end, or choose "
+                                           "another\n")
+        assert list(out.iterdir()) == []
+    finally:
+        os.close(fd)
+    assert main(["data", "shakespeare", str(out), "--quiet"]) == 0
+
+
+def test_force_refuses_a_folder_in_place_of_a_data_file_before_moving_any(tmp_path,
+                                                                          capsys):
+    """--force replaces the six files one rename at a time: a folder named like one of
+    them would stop it halfway, new files beside old ones. Refused before any work."""
+    (tmp_path / "in.txt").write_text("a b c\nd e f\n" * 50)
+    out = tmp_path / "d"
+    assert main(["data", "text", str(tmp_path / "in.txt"), str(out), "--quiet",
+                 "--vocab-size", "257"]) == 0
+    (out / "valid.txt").unlink()
+    (out / "valid.txt").mkdir()
+    before = _files(out)
+    assert main(["data", "text", str(tmp_path / "in.txt"), str(out), "--quiet",
+                 "--vocab-size", "260", "--force"]) == 2
+    assert capsys.readouterr().err.endswith(
+        f"error: DIR {out} holds valid.txt, which is not a file and which --force would "
+        "replace: remove it\n")
+    assert _files(out) == before and (out / "valid.txt").is_dir()
+
+
+def test_data_into_a_path_below_a_file_is_one_line(tmp_path, capsys):
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "in.txt").write_text("a\nb\n" * 20)
+    assert main(["data", "text", str(tmp_path / "in.txt"), str(tmp_path / "afile" / "sub"),
+                 "--quiet"]) == 2
+    assert capsys.readouterr().err == (f"error: DIR {tmp_path / 'afile' / 'sub'} lies in "
+                                       f"{tmp_path / 'afile'}, which is not a directory\n")
+
+
+def test_data_text_cuts_a_file_of_one_line_at_a_space(tmp_path, capsys):
+    """text8 and its kind are one line of words: cut at the space nearest the share."""
+    words = " ".join(f"word{i % 97}" for i in range(5000))
+    (tmp_path / "one.txt").write_text(words, encoding="utf-8")
+    out = tmp_path / "d"
+    assert main(["data", "text", str(tmp_path / "one.txt"), str(out), "--quiet",
+                 "--vocab-size", "300"]) == 0
+    train, valid = ((out / f"{s}.txt").read_text() for s in ("train", "valid"))
+    assert train + valid == words and train.endswith(" ") and not valid.startswith(" ")
+    assert 0.09 < len(valid) / len(words) < 0.11
+    assert capsys.readouterr().err == ""  # the share asked for: no warning
+
+
+def test_data_text_warns_where_the_held_out_share_is_far_from_the_one_asked(tmp_path,
+                                                                         capsys):
+    """One <|endoftext|>, at 47% of the bytes: the nearest separator holds out 53%."""
+    doc = "the king and the queen\n"
+    text = doc * 47 + "<|endoftext|>" + doc * 53
+    (tmp_path / "in.txt").write_text(text)
+    assert main(["data", "text", str(tmp_path / "in.txt"), str(tmp_path / "d"), "--quiet",
+                 "--vocab-size", "270"]) == 0
+    share = (tmp_path / "d" / "valid.txt").stat().st_size / len(text)
+    assert capsys.readouterr().err == (f"warning: --valid-fraction 0.1: the nearest "
+                                       "<|endoftext|> or, without one, line break or "
+                                       f"space to cut the text at holds out {share:.1%} "
+                                       "of it\n")
+    assert 0.5 < share < 0.54
+
+
 def test_doctor_says_whether_compile_can_build_here(capsys):
     rows = doctor_rows(capsys)
-    assert re.fullmatch(r"compile\s+ok\s+C\+\+ compiler \S+, for --compile", rows["compile"])
+    assert re.fullmatch(r"compile\s+ok\s+C\+\+ compiler \S+ builds, for --compile", rows["compile"])
     # (Inductor's own override, undone on exit; monkeypatch's undo deleted the setting)
     with torch._inductor.config.patch({"cpp.cxx": (None, "/nonexistent/g++")}):
         rows = doctor_rows(capsys)
-    assert re.fullmatch(r"compile\s+no\s+--compile on the CPU needs a C\+\+ compiler \(g\+\+ "
-                        r"or clang\): InvalidCxxCompiler: No working C\+\+ compiler .*",
+    assert re.fullmatch(r"compile\s+no\s+--compile on the CPU needs a working C\+\+ compiler "
+                        r"\(g\+\+ or clang\): InvalidCxxCompiler: No working C\+\+ compiler .*",
                         rows["compile"]), rows["compile"]
+
+
+@pytest.mark.parametrize("fails_on, message", [
+    ("", "fatal error: no headers"),  # every build: a broken toolchain
+    ("*omp*", "fatal error: omp.h: No such file"),  # OpenMP's flag: Apple's clang
+])
+def test_doctor_builds_with_the_compiler_it_finds(capsys, tmp_path, fails_on, message):
+    """A compiler that answers --version but cannot build what Inductor builds (a broken
+    toolchain, one without OpenMP) is found by Inductor's lookup; the doctor's one-line
+    build, with Inductor's flags, finds it out."""
+    if shutil.which("g++") is None:
+        pytest.skip("needs g++ to answer --version")
+    fake = tmp_path / "g++"
+    fake.write_text("#!/bin/bash\n"
+                    f"[ \"$1\" = --version ] && exec {shutil.which('g++')} --version\n"
+                    f"for a in \"$@\"; do case \"$a\" in {fails_on or '*'}) "
+                    f"echo '{message}' >&2; exit 1;; esac; done\n"
+                    f"exec {shutil.which('g++')} \"$@\"\n")
+    fake.chmod(0o755)
+    with torch._inductor.config.patch({"cpp.cxx": (None, str(fake))}):
+        row = doctor_rows(capsys)["compile"]
+    assert re.fullmatch(r"compile\s+no\s+--compile on the CPU needs a working C\+\+ "
+                        r"compiler \(g\+\+ or clang\): RuntimeError: the build failed: "
+                        + re.escape(message), row), row
 
 
 def test_generate_with_a_huge_max_new_tokens_stops_at_the_end_token(run_dir):
@@ -388,8 +552,10 @@ def test_data_text_writes_the_files_of_a_data_directory(tmp_path, capsys):
     (None, [], "error: FILE {file} is not a file"),
     (b"", [], "error: FILE {file} is empty"),
     (b"caf\xe9\n", [], "error: FILE {file} is not UTF-8 text: byte 0xe9 at offset 3"),
-    (b"a single line", [], "error: FILE {file} is too small to split: no line break or "
-     "<|endoftext|> leaves text on both sides"),
+    (b"oneword", [], "error: FILE {file} has no <|endoftext|>, line break or space with "
+     "text on both sides to cut it at (7 bytes)"),
+    (b"\n \n<|endoftext|> x", [], "error: FILE {file} has no <|endoftext|>, line break or "
+     "space with text on both sides to cut it at (18 bytes)"),
     (b"a\nb\n", ["--valid-fraction", "1.5"],
      "error: --valid-fraction must be a number between 0 and 1, got 1.5"),
     (b"a\nb\nc\nd\ne\nf\ng\nh\ni\nj\n", ["--vocab-size", "100"],

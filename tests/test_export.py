@@ -212,6 +212,46 @@ def test_a_later_chapter_extends_an_earlier_module(tree):
     assert run_export(tree, "--check").returncode == 0
 
 
+def test_two_modules_that_export_one_name_are_refused(tree):
+    """tlm/__init__.py imports every module's names: one of the two would win silently."""
+    write_notebook(tree / "chapters" / "98_later.ipynb",
+                   "#| export attention\ndef generate(model, *args):\n    return 1")
+    result = run_export(tree)
+    assert result.returncode == 2
+    assert result.stderr == ("export failed: 'generate' is exported by tlm/attention.py and "
+                             "tlm/generation.py: `import tlm` would keep only one\n")
+
+
+@pytest.mark.parametrize("name, what", [
+    ("scaled_dot_product_attention", "a function of the module"),
+    ("softmax", "a name the module imports (from tlm.softmax)"),
+    ("math", "a module the module imports"),
+])
+def test_a_patched_method_named_like_a_name_of_its_module_is_refused(tree, name, what):
+    """patch returns the function, so `def NAME` under @patch also binds the module's
+    NAME: it would replace the module's own function, or what it imported, of that
+    name."""
+    write_notebook(tree / "chapters" / "98_later.ipynb",
+                   "#| export attention\nfrom tlm.utils import patch\n\n\n"
+                   f"@patch(GroupedQueryAttention)\ndef {name}(self, *args):\n    return None")
+    result = run_export(tree)
+    assert result.returncode == 2, what
+    assert result.stderr == (
+        f"export failed: chapters/98_later.ipynb: the @patch method '{name}' would "
+        f"replace the {name} of tlm/attention.py (patch returns the function, which binds "
+        "its name in the module): rename one\n")
+
+
+def test_a_public_name_defined_inside_an_if_counts_too(tree):
+    write_notebook(tree / "chapters" / "98_later.ipynb",
+                   "#| export attention\nif True:\n    async def generate(model):\n"
+                   "        return 1")
+    result = run_export(tree)
+    assert result.returncode == 2
+    assert "'generate' is exported by tlm/attention.py and tlm/generation.py" in \
+        result.stderr
+
+
 @pytest.mark.parametrize("sources,message", [
     (("#| export nowhere\nx = 1",), "'#| export nowhere' names no module of an earlier chapter"),
     (("#| default_exp bad", "#| export\n#| export toy\nx = 1"), "expected '#| export' or "

@@ -54,11 +54,37 @@ def test_exp2_leaves_no_multiply_by_log2e_per_score(report):
 
 
 def test_the_fallback_fits_a_t4():
-    """FALLBACK, which a launch takes where the GPU's shared memory is too small for its
-    setting, fits a T4 (sm_75, 64 KB a program) where it needs the most shared memory of
-    the three kernels, two dtypes and d in {64, 128}: the dK, dV kernel in float32 at
+    """FALLBACK fits a T4 (sm_75, 64 KB a program) where it needs the most shared memory
+    of the three kernels, two dtypes and d in {64, 128}: the dK, dV kernel in float32 at
     d = 128 (51,200 bytes with Triton 3.9), multiplied as a T4 does, without TF32."""
     r, = fa.compile_flash_kernels([dict(arch="sm_75", dtype="float32", d=128,
                                         kernel="dkdv", config=fa.FALLBACK,
                                         precision="ieee")])
     assert r["shared"] <= fa.SHARED_MEMORY[75], r
+
+
+def test_a_setting_too_large_for_an_l4_is_refused_and_the_fallback_fits():
+    """Compiled for an L4 (sm_89, 99 KB a program) at d = 128, the dQ kernel's first
+    setting needs more shared memory than the GPU has: Triton refuses it before the
+    launch (OutOfResources, when the compiled kernel's shared memory exceeds the
+    device's), and _launch runs FALLBACK, which fits, on tensor cores, spilling nothing."""
+    first, fallback = fa.compile_flash_kernels([
+        dict(arch="sm_89", dtype="bfloat16", d=128, kernel="dq"),
+        dict(arch="sm_89", dtype="bfloat16", d=128, kernel="dq", config=fa.FALLBACK)])
+    assert tuple(first["config"]) == fa.flash_configs("dq", 16, 128)[0]
+    assert first["shared"] > fa.SHARED_MEMORY[89], first
+    assert fallback["shared"] <= fa.SHARED_MEMORY[89], fallback
+    assert fallback["tensor_cores"] == "mma" and fallback["spill"] == 0, fallback
+
+
+def test_the_fallback_is_the_t4s_setting():
+    """A T4 has no tensor cores for Triton's products: a GPU before Ampere runs FALLBACK,
+    whose three kernels compiled for sm_75 in bfloat16 at d = 64 fit and spill at most
+    16 bytes a thread (the lists' first settings, made for tensor cores, spill kilobytes
+    there, and take a minute each to compile)."""
+    report = fa.compile_flash_kernels([dict(arch="sm_75", dtype="bfloat16", d=64,
+                                            config=fa.FALLBACK)])
+    assert [r["kernel"] for r in report] == list(fa.KERNELS)
+    for r in report:
+        assert r["tensor_cores"] == "none", r
+        assert r["shared"] <= fa.SHARED_MEMORY[75] and r["spill"] <= 16, r

@@ -404,6 +404,21 @@ def test_a_huge_max_new_tokens_with_an_end_token_stops_there(max_new_tokens):
     assert out.untyped_storage().nbytes() <= 8 * (3 + 1024)  # a first allocation
 
 
+def test_an_early_stop_returns_ids_of_their_own():
+    """Stopped by the end token, the result is no view of the larger buffer the loop
+    wrote into (non-contiguous for a batch of two): it holds its ids only, and .view
+    works on it as on the plain loop's."""
+    torch.manual_seed(0)
+    model = tlm.TransformerLM(**{**CFG, "context_length": 8})
+    prompt = torch.randint(0, 300, (1, 3)).repeat(2, 1)  # both rows end together
+    eos = _eos_after(model, prompt[:1], 6)
+    expected = generate_plain(model, prompt, 100, temperature=0, eos_id=eos)
+    out = tlm.generate(model, prompt, 100, temperature=0, eos_id=eos)
+    assert torch.equal(out, expected) and out.shape == (2, 3 + 6)
+    assert out.is_contiguous() and out.view(-1).shape == (18,)
+    assert out.untyped_storage().nbytes() == out.numel() * out.element_size()
+
+
 def test_the_output_grows_past_its_first_allocation(monkeypatch):
     """With room for 4 new ids at first, 37 new ids (greedy and sampled, batch 2, past
     the context) are the plain loop's."""

@@ -553,6 +553,31 @@ def test_an_edition_file_without_its_strings_is_one_line(checkout, text, message
     assert not (i18n.ROOT / "_build").exists()
 
 
+@pytest.mark.parametrize("edit, message", [
+    (lambda toc, zh: (toc.replace("caption: Reference", "caption: Appendices"), zh),
+     "'captions' has no Chinese for the part 'Appendices' of _toc.yml"),
+    (lambda toc, zh: (toc, re.sub(r"(?m)^intro_note:.*(\n  .*|\n)*", "intro_note:\n", zh)),
+     "'intro_note' must be a string, not blank, got None"),
+    (lambda toc, zh: (toc, re.sub(r"(?m)^title:.*$", "title: 3", zh)),
+     "'title' must be a string, not blank, got 3"),
+    (lambda toc, zh: (toc, re.sub(r"(?m)^author:.*$", 'author: "  "', zh)),
+     "'author' must be a string, not blank, got '  '"),
+    (lambda toc, zh: (toc, re.sub(r"(?m)^captions:", "captions: []\nold_captions:", zh)),
+     "'captions' must be a mapping, got []"),
+])
+def test_an_edition_file_that_lacks_a_caption_or_a_string_is_one_line(checkout, edit,
+                                                                       message):
+    """A part renamed or added in _toc.yml (an English edit), an empty or mistyped
+    string: named in one line, before the build writes anything."""
+    toc, zh = (path.read_text(encoding="utf-8") for path in (checkout / "_toc.yml",
+                                                             i18n.EDITION))
+    toc, zh = edit(toc, zh)
+    (checkout / "_toc.yml").write_text(toc, encoding="utf-8")
+    i18n.EDITION.write_text(zh, encoding="utf-8")
+    _refused(["build", "_build/zh/src"], rf"^i18n/zh_CN\.yml: {re.escape(message)}$")
+    assert not (i18n.ROOT / "_build").exists()
+
+
 @pytest.mark.parametrize("text, message", [
     ("- a list\n", "expected a mapping with a list 'terms', got list"),
     ("terms: 3\n", "expected 'terms', a list, got int"),

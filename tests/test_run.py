@@ -467,3 +467,64 @@ def test_resume_from_another_working_directory_finds_the_data(data_dir, tmp_path
         "to where the run started) is not there: pass --data-dir\n")
     assert tlm_train(["--out-dir", str(tmp_path / "run"), "--resume", "--quiet",
                       "--data-dir", str(data_dir)]) == 0
+
+
+def test_resume_continues_the_run_it_read_in_a_copied_or_moved_project(data_dir, tmp_path,
+                                                                       monkeypatch):
+    """--resume without --out-dir reads runs/shakespeare/checkpoint.pt: that run goes on,
+    in that directory, whatever out_dir its checkpoint recorded (here the absolute path
+    of a project since copied, then moved); the original project is not touched."""
+    import shutil
+    project = tmp_path / "proj"
+    project.mkdir()
+    monkeypatch.chdir(project)
+    common = [*TINY, "--steps", 12, "--checkpoint-every", 6, "--eval-every", 6]
+    assert tlm_train(list(map(str, [*common, "--data-dir", data_dir, "--out-dir",
+                                    project / "runs" / "shakespeare", "--stop-at",
+                                    6]))) == 0
+    original = (project / "runs" / "shakespeare" / "checkpoint.pt").read_bytes()
+    shutil.copytree(project, tmp_path / "copy")
+    monkeypatch.chdir(tmp_path / "copy")
+    assert tlm_train(["--resume", "--quiet"]) == 0
+    copied = torch.load(tmp_path / "copy" / "runs" / "shakespeare" / "checkpoint.pt",
+                        weights_only=True)
+    assert copied["iteration"] == 12
+    assert (project / "runs" / "shakespeare" / "checkpoint.pt").read_bytes() == original
+    monkeypatch.chdir(tmp_path)
+    project.rename(tmp_path / "moved")
+    monkeypatch.chdir(tmp_path / "moved")
+    assert tlm_train(["--resume", "--quiet"]) == 0
+    moved = torch.load(tmp_path / "moved" / "runs" / "shakespeare" / "checkpoint.pt",
+                       weights_only=True)
+    assert moved["iteration"] == 12
+    assert all(torch.equal(moved["model"][k], copied["model"][k]) for k in moved["model"])
+
+
+def test_a_data_directory_without_merges_is_refused_before_training(data_dir, tmp_path,
+                                                                    capsys):
+    """Its run could not be sampled: `tlm generate` reads the run's copy of merges.txt."""
+    (data_dir / "merges.txt").unlink()
+    assert tlm_train(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
+                                    tmp_path / "r", "--steps", 3]))) == 2
+    assert capsys.readouterr().err == (f"error: --data-dir {data_dir} has no merges.txt "
+                                       f"(`tlm data shakespeare {data_dir}` writes one)\n")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("merges, message", [
+    ("", "merges.txt has 0 merges, but vocab.json has 1 tokens made by merges: they are "
+         "not one tokenizer's"),
+    ("#version: 0.2\ngarbage line here\n", "merges.txt, line 2: expected two tokens"),
+    ("#version: 0.2\nx y\n", "merge 0 (b'x', b'y'): b'xy' is not in"),
+])
+def test_merges_that_do_not_go_with_the_vocabulary_are_refused(data_dir, tmp_path,
+                                                              capsys, merges, message):
+    """An empty merges.txt beside a vocabulary with merged tokens would train and sample
+    without merges; a broken or foreign one would fail only in `tlm generate`."""
+    write_vocab(byte_vocab() | {257: b"th"}, data_dir / "vocab.json")
+    (data_dir / "merges.txt").write_text(merges)
+    assert tlm_train(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
+                                    tmp_path / "r", "--steps", 3]))) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()

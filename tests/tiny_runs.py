@@ -26,9 +26,11 @@ def byte_vocab() -> dict[int, bytes]:
 
 
 def make_data_dir(d: Path) -> Path:
-    """A tokenizer directory and token files: text of a repeated sentence, as bytes."""
+    """A tokenizer directory and token files: text of a repeated sentence, as bytes (a
+    byte-level tokenizer: no merges)."""
     d.mkdir()
     write_vocab(byte_vocab(), d / "vocab.json")
+    write_merges([], d / "merges.txt")
     text = b"the cat sat on the mat. " * 400
     ids = np.frombuffer(text, dtype=np.uint8).astype(np.uint16)
     np.save(d / "train.npy", ids[:8000])
@@ -37,8 +39,7 @@ def make_data_dir(d: Path) -> Path:
 
 
 def make_run_dir(data_dir: Path, out_dir: Path) -> Path:
-    """A 30-step run on make_data_dir's data, with a tokenizer that has no merges."""
-    write_merges([], data_dir / "merges.txt")  # a byte-level tokenizer: no merges
+    """A 30-step run on make_data_dir's data."""
     assert tlm_train(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
                                     out_dir, "--steps", 30]))) == 0
     return out_dir

@@ -248,6 +248,9 @@ class GroupedQueryAttention(MultiHeadSelfAttention):
                              f"num_heads={num_heads} (or give head_dim)")
         self.d_k = _check_positive_int(
             "head_dim", d_model // num_heads if head_dim is None else head_dim)
+        if theta is not None and self.d_k % 2:  # RoPE rotates pairs
+            what = "head_dim" if head_dim is not None else "d_model / num_heads"
+            raise ValueError(f"{what} must be even for RoPE, got {self.d_k}")
         self._check_settings(max_seq_len, attn_implementation)
         q_width, kv_width = num_heads * self.d_k, self.num_kv_heads * self.d_k
         kw = dict(device=device, dtype=dtype)
@@ -306,6 +309,10 @@ _GROUPED_OPTIONS = {"num_kv_heads", "head_dim", "qk_norm", "rms_norm_eps"}
 def __new__(cls, *args, **kwargs):
     """MultiHeadSelfAttention(...) given an option of GroupedQueryAttention makes one,
     so that every layer that builds attention (the block, the model) takes them."""
-    if cls is MultiHeadSelfAttention and _GROUPED_OPTIONS & kwargs.keys():
+    given = sorted(_GROUPED_OPTIONS & kwargs.keys())
+    if given and cls is MultiHeadSelfAttention:
         cls = GroupedQueryAttention
+    elif given and not issubclass(cls, GroupedQueryAttention):  # a user's subclass
+        raise TypeError(f"{cls.__name__} takes no {given[0]}: it subclasses "
+                        "MultiHeadSelfAttention (subclass GroupedQueryAttention instead)")
     return nn.Module.__new__(cls)

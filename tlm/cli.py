@@ -3,14 +3,18 @@
 __all__ = ['main']
 
 import argparse
+import contextlib
+import ctypes
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import pickle
 import platform
 import re
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,6 +23,11 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+try:
+    import fcntl  # DIR's lock in `tlm data`
+except ImportError:  # Windows
+    fcntl = None
 
 from tlm.generation import generate
 from tlm.tokenizer import (IAMBIC, WHISPER, Tokenizer, read_vocab, train_bpe,
@@ -33,15 +42,23 @@ from tlm.utils import _error_line
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, with its usage errors on one line (the full usage is in --help)."""
+    """argparse, with its usage errors on one line (the full usage is in --help), and a
+    negative number in any of float's spellings (-1e-46, -inf) read as a value: argparse
+    takes only -1 and -0.5 for numbers, and the rest for options."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(  # argparse's own attribute
+            r"^-(\d+\.?\d*|\.\d+)(e[-+]?\d+)?$|^-(inf|infinity|nan)$", re.IGNORECASE)
 
     def error(self, message: str):
         self.exit(2, f"error: {message} (see `{self.prog} --help`)\n")
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`tlm SUBCOMMAND ...`; returns the exit status: 0, 1 for a run that diverged or
-    that torch.compile cannot build or builds into wrong gradients, 2 for bad input
+    """`tlm SUBCOMMAND ...`; returns the exit status: 0, 1 for a run that diverged, that
+    torch.compile cannot build or builds into wrong gradients, or that ran out of
+    memory, 2 for bad input
     (one line on stderr), 130 when interrupted (Ctrl-C). Warnings are one line too."""
     parser = _Parser(prog="tlm", description="Data, tokenizer, training and sampling "
                      "for the tlm book's Transformer LM.")
@@ -64,6 +81,10 @@ def _run(args) -> int:
     except (ValueError, TypeError, OSError, pickle.UnpicklingError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except MemoryError:  # asked for more than this machine has (--num-samples 10**11)
+        print("error: out of memory: ask for less (a smaller --batch-size, "
+              "--num-samples or --max-new-tokens)", file=sys.stderr)
+        return 1
     except (FloatingPointError, CompileCheckError) as error:  # not the input's fault
         print(f"error: {error}", file=sys.stderr)
         return 1
@@ -90,7 +111,7 @@ def _add_data(sub) -> None:
     text.add_argument("--valid-fraction", type=float, default=0.1,
                       help="about this share of FILE's bytes, at its end, is held out, "
                       "cut at the nearest <|endoftext|> or, without one, the nearest "
-                      "line break (default: 0.1)")
+                      "line break, or space (default: 0.1)")
     for q in (plays, text):
         q.add_argument("dir", metavar="DIR", help="where the files go")
         q.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
@@ -121,40 +142,89 @@ def _check_text(args, out: Path) -> None:
                              f"into {out}: copy it elsewhere first")
 
 
+_LEFTOVER = ".tmp-tlm-data-"  # the folder in DIR where a run writes its files first
+
+
+def _leftover(path: Path, source: Path | None) -> bool:
+    """Whether path is a folder that a killed `tlm data` left in DIR: its name, and in it
+    only files of the command's own names (or their temporary names), FILE not among
+    them. Anything else in DIR is the user's."""
+    if not (path.name.startswith(_LEFTOVER) and path.is_dir() and not path.is_symlink()):
+        return False
+    names = set(_DATA_FILES)
+    return all(p.is_file() and not p.is_symlink() and (p.name in names or any(
+        p.name.startswith(f".{n}.") and p.name.endswith(".tmp") for n in names))
+        and not (source is not None and p.samefile(source)) for p in path.iterdir())
+
+
+@contextlib.contextmanager
+def _locked(out: Path):
+    """Hold DIR's lock (the kernel's flock on the folder, which ends with the process):
+    a second `tlm data` into DIR is refused while this one runs."""
+    if fcntl is None:  # Windows: no flock
+        yield
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ValueError(f"DIR {out} is in use by another `tlm data`: wait for it to "
+                         "end, or choose another") from None
+    except OSError:  # a file system without flock: go on unlocked
+        pass
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
 def _data(args) -> int:
     _check_processes(args)
     out, start = Path(args.dir), time.perf_counter()
-    if args.dataset == "text":
+    source = Path(args.file) if args.dataset == "text" else None
+    if source is not None:
         _check_text(args, out)
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"DIR {out} exists and is not a directory")
-    stale = list(out.glob(".tmp-*")) if out.is_dir() else []  # from a killed run
-    if out.exists() and set(out.iterdir()) - set(stale) and not args.force:
-        raise ValueError(f"DIR {out} is not empty: choose another, or pass --force to "
-                         "replace its data files")
+    for parent in (out, *out.parents):  # the first that exists must be a folder
+        if parent.exists() or parent.is_symlink():
+            if not parent.is_dir():
+                what = "exists and" if parent == out else f"lies in {parent}, which"
+                raise ValueError(f"DIR {out} {what} is not a directory")
+            break
     made = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    for folder in stale:
-        shutil.rmtree(folder)
     # everything is written into a folder inside DIR first (on DIR's disk, which may be
     # another than its parent's); files move in only once all are complete
     held_out = ""
     try:
-        with tempfile.TemporaryDirectory(dir=out, prefix=".tmp-") as tmp:
-            if args.dataset == "text":
-                counts = prepare_text(args.file, tmp, args.vocab_size,
-                                      args.valid_fraction, args.processes,
-                                      progress=not args.quiet)
-                share = (Path(tmp, "valid.txt").stat().st_size
-                         / Path(args.file).stat().st_size)
-                held_out = f" (the last {share:.1%} of the text)"
-            else:
-                counts = prepare_shakespeare(tmp, args.vocab_size,
-                                             num_processes=args.processes,
-                                             progress=not args.quiet)
-            size = len(read_vocab(Path(tmp, "vocab.json")))  # less: BPE ran out
-            for path in sorted(Path(tmp).iterdir()):
-                os.replace(path, out / path.name)
+        with _locked(out):
+            leftovers = [p for p in out.iterdir() if _leftover(p, source)]
+            if set(out.iterdir()) - set(leftovers) and not args.force:
+                raise ValueError(f"DIR {out} is not empty: choose another, or pass "
+                                 "--force to replace its data files")
+            for name in _DATA_FILES:  # else the files would move in halfway, then fail
+                if (out / name).is_symlink() or (out / name).exists():
+                    if not (out / name).is_file():
+                        raise ValueError(f"DIR {out} holds {name}, which is not a file "
+                                         "and which --force would replace: remove it")
+            for folder in leftovers:  # no run is writing it: we hold the lock
+                shutil.rmtree(folder)
+            with tempfile.TemporaryDirectory(dir=out, prefix=_LEFTOVER) as tmp:
+                if source is not None:
+                    counts = prepare_text(source, tmp, args.vocab_size,
+                                          args.valid_fraction, args.processes,
+                                          progress=not args.quiet)
+                    share = (Path(tmp, "valid.txt").stat().st_size
+                             / source.stat().st_size)
+                    held_out = f" (the last {share:.1%} of the text)"
+                    _warn_if_share_differs(share, args.valid_fraction)
+                else:
+                    counts = prepare_shakespeare(tmp, args.vocab_size,
+                                                 num_processes=args.processes,
+                                                 progress=not args.quiet)
+                size = len(read_vocab(Path(tmp, "vocab.json")))  # less: BPE ran out
+                for path in sorted(Path(tmp).iterdir()):
+                    os.replace(path, out / path.name)
     except BaseException:
         if made and not any(out.iterdir()):  # as it was
             out.rmdir()
@@ -163,6 +233,15 @@ def _data(args) -> int:
           f"{held_out}, vocabulary {size:,} -> {out} "
           f"({time.perf_counter() - start:.0f} s)")
     return 0
+
+
+def _warn_if_share_differs(share: float, asked: float) -> None:
+    """The text is cut at a separator or line break: where they are few, either part
+    can be far from what --valid-fraction asked (more than twice or under half)."""
+    if not (asked / 2 <= share <= 2 * asked and (1 - asked) / 2 <= 1 - share
+            <= 2 * (1 - asked)):
+        warnings.warn(f"--valid-fraction {asked}: the nearest {EOT} or, without one, line "
+                      f"break or space to cut the text at holds out {share:.1%} of it")
 
 
 def _add_tokenizer(sub) -> None:
@@ -304,8 +383,10 @@ def _train(args) -> int:
             since = "" if data.is_absolute() else ", relative to where the run started"
             raise ValueError(f"--resume: the run's data directory {data} (recorded in "
                              f"{ckpt}{since}) is not there: pass --data-dir")
-        config.update({k: v for k, v in saved.items()  # not an option since removed
-                       if k in config and k not in ("stop_at", "max_minutes")})
+        # not an option since removed, nor where the run lives: the directory its
+        # checkpoint was read from (a copied or moved project resumes in place)
+        config.update({k: v for k, v in saved.items() if k in config
+                       and k not in ("stop_at", "max_minutes", "out_dir")})
     try:
         last = train_model({**config, **given}, resume=resume, progress=not quiet)
     finally:
@@ -356,8 +437,15 @@ def _generate(args) -> int:
                         ("--max-new-tokens", args.max_new_tokens)):
         if value < 1:
             raise ValueError(f"{flag} must be at least 1, got {value}")
-    if not args.temperature >= 0:  # also refuses nan
-        raise ValueError(f"--temperature must be >= 0, got {args.temperature}")
+    if not 0 <= args.temperature < math.inf:  # also refuses nan
+        raise ValueError(f"--temperature must be a finite number >= 0, got "
+                         f"{args.temperature}")
+    try:  # a shell's argument can hold bytes that are not UTF-8 (as \udcXX)
+        args.prompt.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"--prompt is not UTF-8 text: byte "
+                         f"{ord(args.prompt[error.start]) - 0xDC00:#04x} at character "
+                         f"{error.start}") from None
     if not 0 < args.top_p <= 1:
         raise ValueError(f"--top-p must be in (0, 1], got {args.top_p}")
     if args.top_k is not None and args.top_k < 1:
@@ -372,6 +460,9 @@ def _generate(args) -> int:
         path = path / "checkpoint.pt"
     elif args.checkpoint == "shakespeare" and not path.is_file():
         path = SHAKESPEARE_MODEL
+    elif path.is_dir():
+        raise ValueError(f"CHECKPOINT {path} is a directory without a checkpoint.pt "
+                         "(a run's directory holds one)")
     model, tokenizer = load_run(path, _device(args.device))
     # the end-of-text token stops a sample; a run trained without one has none
     eot = tokenizer.ids[EOT.encode()] if EOT in tokenizer.special_tokens else None
@@ -446,13 +537,32 @@ def _version(spec, distribution: str) -> tuple[str, str | None]:
 
 def _compile_row() -> tuple[str, str, str]:
     """Whether torch.compile can build code for the CPU here: Inductor needs a C++
-    compiler (a slim Docker image, macOS without Xcode's tools, Windows lack one)."""
+    compiler (a slim Docker image, macOS without Xcode's tools, Windows lack one) that
+    works, so its builder compiles a one-line library with the flags it would use, and
+    the library is loaded and called (about a second). The library includes what
+    Inductor's code needs besides torch's headers, OpenMP's and Python's: Apple's
+    clang lacks the one, a system Python without its -dev package the other."""
     try:
+        from torch._inductor.cpp_builder import CppBuilder, CppTorchOptions
         from torch._inductor.cpp_builder import get_cpp_compiler
-        return "compile", "ok", f"C++ compiler {get_cpp_compiler()}, for --compile"
-    except Exception as error:  # InvalidCxxCompiler, or a torch that moved it
-        return "compile", "no", ("--compile on the CPU needs a C++ compiler (g++ or "
-                                 f"clang): {_error_line(error)}")
+        compiler = get_cpp_compiler()
+        with tempfile.TemporaryDirectory() as tmp:
+            source = Path(tmp, "one.cpp")
+            source.write_text("#include <omp.h>\n#include <Python.h>\nextern \"C\" int "
+                              "tlm_one() { return omp_get_max_threads() > 0; }\n")
+            builder = CppBuilder("one", [str(source)],
+                                 CppTorchOptions(include_pytorch=True), output_dir=tmp)
+            done = subprocess.run(builder.get_command_line(), shell=True, text=True,
+                                  capture_output=True, timeout=120)
+            if done.returncode != 0:
+                last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+                raise RuntimeError(f"the build failed: {last}")
+            if ctypes.CDLL(builder.get_target_file_path()).tlm_one() != 1:
+                raise RuntimeError("the library it built returned a wrong value")
+        return "compile", "ok", f"C++ compiler {compiler} builds, for --compile"
+    except Exception as error:  # InvalidCxxCompiler, a failed build, a moved API
+        return "compile", "no", ("--compile on the CPU needs a working C++ compiler "
+                                 f"(g++ or clang): {_error_line(error)}")
 
 
 def _doctor(args) -> int:

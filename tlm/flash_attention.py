@@ -213,9 +213,11 @@ CONFIGS = {
            (32, 128): [(32, 32, 4, 2)]},
 }
 INTERPRETER_CONFIG = (16, 16, 1, 1)
-# for a GPU with less shared memory than an A100 (a T4, an L4), where a setting above
-# does not fit: small tiles, one stage (compiled for sm_75, it fits a T4's 64 KB)
-FALLBACK = (16, 32, 4, 1)
+# For a GPU before Ampere (a T4), whose products Triton makes without tensor cores, and
+# where a setting above does not fit a GPU's shared memory (an L4's 99 KB): small tiles,
+# one stage: of the small one-stage settings compiled for sm_75 in bfloat16 at d = 64
+# and 128, the one that spilled the fewest registers.
+FALLBACK = (16, 32, 8, 1)
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x * log2(e))
 
 
@@ -248,16 +250,17 @@ def flash_configs(name: str, bits: int, d: int) -> list[tuple[int, int, int, int
 def _autotune(name: str):
     """triton.autotune over CONFIGS[name], again for each power-of-two bucket of n, m.
 
-    Every setting of every row size is declared; a launch tries those of its own.
+    Every setting of every row size is declared; a launch tries those of its own, and
+    FALLBACK, so that one fits a GPU with less shared memory (at d <= 128).
     """
-    settings = sorted({c for size in CONFIGS[name].values() for c in size})
+    settings = sorted({c for size in CONFIGS[name].values() for c in size} | {FALLBACK})
     declared = [triton.Config(dict(BQ=bq, BK=bk), num_warps=w, num_stages=s)
                 for bq, bk, w, s in settings]
 
-    def prune(declared, args, **kwargs):
+    def prune(declared, args, **kwargs):  # and FALLBACK (fits a T4 at d <= 128)
         mine = flash_configs(name, 8 * args["Q"].element_size(), kwargs["HEAD_DIM"])
-        return [c for c in declared
-                if (c.kwargs["BQ"], c.kwargs["BK"], c.num_warps, c.num_stages) in mine]
+        return [c for c in declared if (c.kwargs["BQ"], c.kwargs["BK"], c.num_warps,
+                                        c.num_stages) in [*mine, FALLBACK]]
     return triton.autotune(declared, key=["n_bucket", "m_bucket", "HEAD_DIM", "CAUSAL"],
                            prune_configs_by=dict(early_config_prune=prune))
 
@@ -464,8 +467,8 @@ if tl is not None:
                   qk_scale, HEAD_DIM: tl.constexpr, DP: tl.constexpr, BK: tl.constexpr,
                   CAUSAL: tl.constexpr, MASK: tl.constexpr, PRECISION: tl.constexpr,
                   UPCAST: tl.constexpr, LONG: tl.constexpr):
-        """dQ of BQ queries, summed over key tiles lo, lo + BK, ... < hi. Keys past m
-        load as zeros and add nothing to dQ = dS K."""
+        """dQ of BQ queries, summed over key tiles lo, lo + BK, ... < hi; MASK: as in
+        the forward kernel, and P is 0 at keys past m (they load as zeros)."""
         dims = tl.arange(0, DP)
         for j in tl.range(lo, hi, BK):
             cols = _span(j, BK, LONG)
@@ -473,9 +476,11 @@ if tl is not None:
             v = _load(V, cols, svn, m, dims, HEAD_DIM, DP, MASK)
             s = _dot(q, tl.trans(k), None, PRECISION, UPCAST)
             p = tl.exp2(s * qk_scale - lse[:, None])
-            if MASK:
+            if MASK:  # keys past m load as zeros: p = e^-L, huge when L is very negative
+                keep = cols[None, :] < m
                 if CAUSAL:
-                    p = tl.where(cols[None, :] <= rows[:, None] + offset, p, 0.0)
+                    keep = keep & (cols[None, :] <= rows[:, None] + offset)
+                p = tl.where(keep, p, 0.0)
             dp = _dot(do, tl.trans(v), None, PRECISION, UPCAST)
             ds = p * (dp - delta[:, None])
             dq = _dot(ds.to(k.dtype), k, dq, PRECISION, UPCAST)
@@ -557,12 +562,23 @@ def _padded(d: int) -> int:
     return max(16, 1 << (d - 1).bit_length())
 
 
+def _before_ampere(device: torch.device) -> bool:
+    """A CUDA GPU of compute capability below 8.0 (a T4, a V100): no TF32, and no
+    tensor cores in Triton's products."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 8
+
+
+def _lists_suit(device: torch.device) -> bool:
+    """Whether the lists of settings were made for this GPU: an A100 or an H100 (compute
+    capability 8.0 or 9.0), whose shared memory they were compiled to fit."""
+    return device.type != "cuda" or torch.cuda.get_device_capability(device) in (
+        (8, 0), (9, 0))
+
+
 def _meta(q: Tensor, k: Tensor, tensors: list[Tensor], is_causal: bool) -> dict:
     """The arguments every kernel takes after the tensors: sizes, scales, constants."""
     n, m, d = q.shape[2], k.shape[2], q.shape[3]
-    cuda = q.device.type == "cuda"
-    ampere = not cuda or torch.cuda.get_device_capability(q.device)[0] >= 8
-    if q.dtype == torch.float32 and not INTERPRETED and ampere:
+    if q.dtype == torch.float32 and not INTERPRETED and not _before_ampere(q.device):
         precision = "tf32x3"  # three TF32 products: about float32's accuracy
     else:
         precision = "ieee"  # a GPU before Ampere (no TF32), the interpreter, 16-bit
@@ -586,8 +602,10 @@ def _launch(name: str, over: str, args: tuple, meta: dict, programs: int) -> Non
     """Run a kernel on (tiles of its rows, programs) programs.
 
     over: "n" (a program per query tile) or "m" (per key tile). The autotuner picks the
-    tiles for large problems; small ones take the first setting, the interpreter its
-    own; a GPU whose shared memory the chosen setting overflows takes FALLBACK.
+    tiles for large problems, from the kernel's list and FALLBACK; small ones take the
+    first setting, the interpreter its own. FALLBACK instead: on a GPU before Ampere
+    always; on another GPU the lists were not made for (an L4), for small problems; and
+    in place of a setting that Triton refuses because it does not fit.
     """
     kernel, size = _KERNELS[name], meta[over]
 
@@ -597,8 +615,12 @@ def _launch(name: str, over: str, args: tuple, meta: dict, programs: int) -> Non
                         num_stages=stages)
     if INTERPRETED:
         return run(*INTERPRETER_CONFIG)
+    small = programs * meta["n_bucket"] * meta["m_bucket"] < 2**24
+    device = args[0].device
+    if _before_ampere(device) or (small and not _lists_suit(device)):
+        return run(*FALLBACK)  # decided before the launch: under torch.compile too
     try:
-        if programs * meta["n_bucket"] * meta["m_bucket"] < 2**24:
+        if small:
             run(*flash_configs(name, 8 * args[0].element_size(), meta["HEAD_DIM"])[0])
         else:
             tile = "BQ" if over == "n" else "BK"

@@ -379,4 +379,4 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
         hit = out[:, P:n] == eos_id
         if bool(hit.any(dim=1).all()):
             n = P + 1 + int(hit.int().argmax(dim=1).max())
-    return out[:, :n].reshape(*prompt_ids.shape[:-1], -1)
+    return out[:, :n].clone().reshape(*prompt_ids.shape[:-1], -1)  # no view of out

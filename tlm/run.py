@@ -287,11 +287,12 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
     if not resume and ckpt_path.exists():  # never overwrite a run
         raise ValueError(f"{out_dir} already holds a run: --resume continues it, or "
                          "choose another --out-dir")
-    for name in ("vocab.json", "train.npy", "valid.npy"):
+    for name in ("vocab.json", "merges.txt", "train.npy", "valid.npy"):
         if not (data_dir / name).is_file():
             raise FileNotFoundError(f"--data-dir {data_dir} has no {name} (`tlm data "
                                     f"shakespeare {data_dir}` writes one)")
     vocab = read_vocab(data_dir / "vocab.json")
+    _check_merges(data_dir, vocab)
     # smaller: the data's ids do not fit; larger: sampling could draw ids with no text
     if not resume and config["vocab_size"] not in (None, len(vocab)):
         raise ValueError(f"--vocab-size must be the tokenizer's, {len(vocab):,} (in "
@@ -302,6 +303,20 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
     config = dict(config, vocab_size=config["vocab_size"] or len(vocab),
                   out_dir=str(out_dir), data_dir=os.path.abspath(data_dir))
     return config, (_resumed_state(config, ckpt_path) if resume else None), vocab
+
+
+def _check_merges(data_dir: Path, vocab: dict[int, bytes]) -> None:
+    """merges.txt goes with vocab.json, as `tlm generate` will read them: it parses, each
+    merge makes a token of the vocabulary, and there is one merge for every token past
+    the 256 bytes and <|endoftext|> (an empty file beside a larger vocabulary is not)."""
+    merges = read_merges(data_dir / "merges.txt")  # ValueError naming a bad line
+    special = [EOT] if EOT.encode("utf-8") in vocab.values() else []
+    Tokenizer(vocab, merges, special)  # ValueError naming a merge of other tokens
+    made = len(vocab) - 256 - len(special)
+    if len(merges) != made:
+        raise ValueError(f"--data-dir {data_dir}: merges.txt has {len(merges):,} merges, "
+                         f"but vocab.json has {made:,} tokens made by merges: they are not "
+                         "one tokenizer's")
 
 
 def _resumed_state(config: dict, ckpt_path: Path) -> dict:

@@ -267,8 +267,9 @@ def _check_utf8(text, path: Path) -> None:
 
 def _cut(text, target: int) -> tuple[int, int] | None:
     """(end of the first part, start of the second) at the <|endoftext|> nearest to
-    target, else at the nearest line break, leaving text on both sides; or None."""
-    for mark, drop in ((EOT.encode(), True), (b"\n", False)):
+    target, else at the nearest line break, else at the nearest space, leaving text on
+    both sides; or None."""
+    for mark, drop in ((EOT.encode(), True), (b"\n", False), (b" ", False)):
         found = [text.rfind(mark, 0, target + len(mark) - 1), text.find(mark, target)]
         cuts = [(i, i + len(mark)) if drop else (i + 1, i + 1) for i in found if i >= 0]
         cuts = [(a, b) for a, b in cuts
@@ -290,7 +291,7 @@ def split_text(file, out_dir, valid_fraction: float = 0.1) -> dict[str, Path]:
     """Cut a UTF-8 text file in two, out_dir/train.txt and valid.txt, the held-out end
     starting near valid_fraction of the bytes from the end: at the <|endoftext|>
     nearest to that point (which goes into neither part), or, without one, at the
-    nearest line break. Returns the two paths."""
+    nearest line break, or space (a file of one line). Returns the two paths."""
     if (isinstance(valid_fraction, bool) or not isinstance(valid_fraction, (int, float))
             or not 0 < valid_fraction < 1):
         raise ValueError(f"--valid-fraction must be a number between 0 and 1, got "
@@ -307,8 +308,9 @@ def split_text(file, out_dir, valid_fraction: float = 0.1) -> dict[str, Path]:
         _check_utf8(text, source)
         cut = _cut(text, round(len(text) * (1 - valid_fraction)))
         if cut is None:
-            raise ValueError(f"FILE {source} is too small to split: no line break or "
-                             f"{EOT} leaves text on both sides")
+            raise ValueError(f"FILE {source} has no {EOT}, line break or space with "
+                             f"text on both sides to cut it at ({len(text):,} "
+                             f"byte{'s' * (len(text) != 1)})")
         out_dir.mkdir(parents=True, exist_ok=True)
         for path, (a, b) in zip(paths.values(), ((0, cut[0]), (cut[1], len(text)))):
             with _replace_atomically(path) as out:

@@ -11,8 +11,11 @@ architectures chapter's grouped-query attention), the later chapter exports its 
 the earlier module with `#| export NAME`: they follow that module's own cells, under a
 comment naming their chapter, so the module reads in the book's order and is whole when it
 is imported. Such a cell adds a class or function, or replaces a method of an earlier class
-with `@patch(Class)` (tlm.utils), and takes its imports with it. Names defined with
-`@patch` are methods, not names of the module.
+with `@patch(Class)` (tlm.utils), and takes its imports with it. A function defined with
+`@patch` is a method, not one of the module's public names; since `patch` returns it, it
+also binds its name in the module, so a name that the module defines otherwise is refused
+(the method would replace that function). Two modules that export one public name are
+refused too: `tlm/__init__.py` would keep one of them without a word.
 
 `default_exp cli` is the command line: `tlm/__init__.py` does not import it, and the generated
 `tlm/__main__.py` runs its `main` (`python -m tlm`, the same as the console script `tlm`).
@@ -58,13 +61,47 @@ def _patches(node: ast.AST) -> bool:
                for d in getattr(node, "decorator_list", []))
 
 
+def patched_names(tree: ast.Module) -> list[str]:
+    """Top-level functions decorated with @patch(...)."""
+    return [node.name for node in tree.body if _patches(node)]
+
+
+DEFS = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+def _top_level(body: list[ast.stmt]):
+    """The statements a module runs at its top level, inside if/try/with/for too."""
+    for node in body:
+        yield node
+        if not isinstance(node, DEFS):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                yield from _top_level(getattr(node, field, []))
+
+
+def defined_names(tree: ast.Module) -> set[str]:
+    """Names bound at the top level by anything but a @patch function: definitions,
+    imports, assignments, for and with targets."""
+    names = set()
+    for node in _top_level(tree.body):
+        if isinstance(node, DEFS) and not _patches(node):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {(a.asname or a.name).split(".")[0] for a in node.names}
+        elif not isinstance(node, DEFS):
+            targets = getattr(node, "targets", None) or [getattr(node, "target", None)]
+            targets += [item.optional_vars for item in getattr(node, "items", [])]
+            names |= {n.id for t in targets if t is not None for n in ast.walk(t)
+                      if isinstance(n, ast.Name)}
+    return names
+
+
 def public_names(tree: ast.Module) -> list[str]:
-    """Top-level functions and classes whose names do not start with an underscore."""
+    """Functions and classes defined at the top level (inside an if or try too) whose
+    names do not start with an underscore."""
     return [
         node.name
-        for node in tree.body
-        if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")
-        and not _patches(node)
+        for node in _top_level(tree.body)
+        if isinstance(node, DEFS) and not node.name.startswith("_") and not _patches(node)
     ]
 
 
@@ -136,11 +173,19 @@ def export_notebook(path: Path) -> tuple[str | None, dict[str, list[str]]]:
 def module_text(module: str, parts: list[tuple[str, list[str]]]) -> tuple[str, list[str]]:
     """A module's file from its chapters' export cells, in the book's order, and its
     public names. parts: (chapter's path, its cell bodies), the module's own chapter first."""
-    names, chunks = [], []
+    names, chunks, defined, patched = [], [], set(), {}
     for number, (src, cells) in enumerate(parts):
         for body in cells:
-            names += [n for n in public_names(ast.parse(body)) if n not in names]  # a later
+            tree = ast.parse(body)
+            names += [n for n in public_names(tree) if n not in names]  # a later
             # cell may define a name again (a faster version after the plain one): once
+            defined |= defined_names(tree)
+            patched |= {name: src for name in patched_names(tree)}
+        if clash := sorted(defined & patched.keys()):
+            raise ExportError(f"{patched[clash[0]]}: the @patch method {clash[0]!r} would "
+                              f"replace the {clash[0]} of tlm/{module}.py (patch returns "
+                              "the function, which binds its name in the module): rename "
+                              "one")
         text = "\n\n\n".join(cells)
         if number:  # a later chapter's cells, after the module's own
             text = f"# From {src}, which extends this module:\n\n" + text
@@ -176,9 +221,14 @@ def build() -> dict[str, str]:
                 raise ExportError(f"{src}: '#| export {target}' names no module of an earlier "
                                   f"chapter (a chapter's '#| default_exp {target}' comes first)")
             parts[target].append((src, cells))
-    files, init_lines = {}, []
+    files, init_lines, exporter = {}, [], {}
     for module, chapters in parts.items():
         text, names = module_text(module, chapters)
+        for name in names if module != CLI else []:
+            if name in exporter:
+                raise ExportError(f"{name!r} is exported by tlm/{exporter[name]}.py and "
+                                  f"tlm/{module}.py: `import tlm` would keep only one")
+            exporter[name] = module
         if 'if __name__ == "__main__"' in text:
             raise ExportError(f"{owner[module]}: a module of the package is not a script; "
                               "commands belong in the command line (chapters/23_cli.ipynb)")

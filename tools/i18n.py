@@ -235,10 +235,24 @@ EDITION_KEYS = ("title", "author", "copyright", "footer", "intro_note", "caption
 
 
 def edition() -> dict:
+    """The edition's settings, each checked: a string where the build writes one, a
+    mapping for 'sphinx', and in 'captions' a Chinese caption for every part of _toc.yml."""
     settings = _load_yaml(EDITION, "a mapping of the edition's strings")
     missing = [key for key in EDITION_KEYS if key not in settings]
     if missing:
         raise InputError(f"{_shown(EDITION)}: missing {', '.join(map(repr, missing))}")
+    for key in EDITION_KEYS:
+        kind = dict if key in ("captions", "sphinx") else str
+        value = settings[key]
+        if not isinstance(value, kind) or not (value.strip() if kind is str else value):
+            expected = "a mapping" if kind is dict else "a string, not blank"
+            raise InputError(f"{_shown(EDITION)}: {key!r} must be {expected}, got "
+                             f"{value!r}")
+    for part in yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))["parts"]:
+        caption = settings["captions"].get(part["caption"])
+        if not isinstance(caption, str) or not caption.strip():
+            raise InputError(f"{_shown(EDITION)}: 'captions' has no Chinese for the part "
+                             f"{part['caption']!r} of _toc.yml")
     return settings
 
 
