@@ -120,10 +120,12 @@ execute: $(STAMP)
 # the plan, each part's limit and the measured durations it comes from (no GPU needed).
 # Without CUDA a call says so in one line and fails. Where the machine has CUDA torch but no
 # package registry: bring the test tools as wheels (WHEELS=DIR; see
-# benchmarks/gpu-check-requirements.txt) and name its interpreter (PYTHON=python3).
+# benchmarks/gpu-check-requirements.txt) and name its interpreter (PYTHON=python3); where it
+# has no git, COMMIT=ID names the tree in the report.
 gpu-check: $(STAMP)
 	@$(PY) benchmarks/gpu_check.py $(if $(CALL),--call $(CALL),--plan) \
-		$(if $(WHEELS),--wheels $(WHEELS)) $(if $(OUT),--out $(OUT))
+		$(if $(WHEELS),--wheels $(WHEELS)) $(if $(OUT),--out $(OUT)) \
+		$(if $(COMMIT),--commit $(COMMIT))
 
 clean:
 	rm -rf _build

@@ -19,10 +19,11 @@ fails or runs out of time does not stop the next.
     tests     the tests whose outcome depends on the device (DEVICE_TESTS), TLM_DEVICE=cuda
     chapters  the chapters under nbval, TLM_DEVICE=cuda, against the stored outputs
     decode    benchmarks/decode.py --device cuda: compiled decoding against Hugging Face
-Each part's limit comes from durations measured before (benchmarks/gpu_check_durations.json:
-per test file and notebook, from pytest's JUnit XML; for the benchmarks, what was measured of
-them and what was counted) times a margin. A chapter or test file that does not fit its
-part's limit is left out, and the plan and the report name it. pytest parts print each test's
+Each part's limit comes from benchmarks/gpu_check_durations.json: the tests' durations, per
+test file (or test) measured from pytest's JUnit XML, and the benchmarks' expected ones
+(estimates, stated as such, until a GPU has run them), times a margin; the chapters get what
+is left of the call. A chapter or test file that does not fit its part's limit is left out,
+and the plan and the report name it. pytest parts print each test's
 outcome as it ends (-v), so a part stopped at its limit still reports what passed.
 Each call writes DIR/gpu-check-<date>-<time>-call<N>.md (default DIR: benchmarks/results; a
 second run writes a new report), with each part's log and JUnit XML in the folder of the

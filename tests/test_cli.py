@@ -194,17 +194,30 @@ def test_generate_takes_a_run_directory_and_a_folder_named_shakespeare(run_dir, 
     assert packaged.returncode == 0 and packaged.stdout.startswith("HAMLET:")
 
 
-def test_running_out_of_memory_is_one_line(run_dir, monkeypatch, capsys):
-    """--num-samples 10**11 asks for more memory than a machine has: one line, status 1,
-    not a MemoryError's traceback."""
+@pytest.mark.parametrize("error", [
+    MemoryError(), RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. "
+                                "DefaultCPUAllocator: can't allocate memory: you tried to "
+                                "allocate 4503599627370496 bytes.")],
+    ids=["Python's", "torch's CPU allocator's"])
+def test_running_out_of_memory_is_one_line(run_dir, monkeypatch, capsys, error):
+    """--num-samples 10**11, or a --batch-size no machine holds: one line, status 1, not
+    a traceback (torch's allocator raises a RuntimeError, Python a MemoryError); any
+    other RuntimeError still propagates."""
     import tlm.cli
 
     def greedy(*args, **kwargs):
-        raise MemoryError()
+        raise error
     monkeypatch.setattr(tlm.cli, "generate", greedy)
     assert main(["generate", str(run_dir), "--device", "cpu", "--num-samples", "2"]) == 1
-    assert capsys.readouterr().err == ("error: out of memory: ask for less (a smaller "
-                                       "--batch-size, --num-samples or --max-new-tokens)\n")
+    err = capsys.readouterr().err
+    assert err.startswith("error: out of memory (") and err.endswith("): ask for less\n")
+    assert len(err.splitlines()) == 1
+
+    def buggy(*args, **kwargs):
+        raise RuntimeError("a bug")
+    monkeypatch.setattr(tlm.cli, "generate", buggy)
+    with pytest.raises(RuntimeError, match="a bug"):
+        main(["generate", str(run_dir), "--device", "cpu"])
 
 
 def test_generate_refuses_a_directory_that_is_no_run(data_dir, capsys):
@@ -389,6 +402,19 @@ def test_data_never_removes_what_it_did_not_make(tmp_path, monkeypatch, capsys):
     assert source.read_bytes() == before
 
 
+def test_without_a_lock_no_leftover_is_removed(tmp_path, monkeypatch, capsys):
+    """Where DIR cannot be locked (Windows, a file system without flock), a folder of
+    tlm data's name may be another run's, still being written: it is left alone."""
+    import tlm.cli
+    monkeypatch.setattr(tlm.cli, "prepare_shakespeare", fake_prepare)
+    monkeypatch.setattr(tlm.cli, "fcntl", None)
+    out = tmp_path / "data"
+    (out / ".tmp-tlm-data-live").mkdir(parents=True)
+    (out / ".tmp-tlm-data-live" / "train.txt").write_text("being written")
+    assert main(["data", "shakespeare", str(out), "--quiet"]) == 0
+    assert (out / ".tmp-tlm-data-live" / "train.txt").read_text() == "being written"
+
+
 def test_a_second_data_run_into_one_dir_is_refused(tmp_path, monkeypatch, capsys):
     """While one `tlm data` writes DIR it holds DIR's lock (flock on the folder); a
     second is refused in one line and touches nothing; the lock ends with the first."""
@@ -460,10 +486,9 @@ def test_data_text_warns_where_the_held_out_share_is_far_from_the_one_asked(tmp_
     assert main(["data", "text", str(tmp_path / "in.txt"), str(tmp_path / "d"), "--quiet",
                  "--vocab-size", "270"]) == 0
     share = (tmp_path / "d" / "valid.txt").stat().st_size / len(text)
-    assert capsys.readouterr().err == (f"warning: --valid-fraction 0.1: the nearest "
-                                       "<|endoftext|> or, without one, line break or "
-                                       f"space to cut the text at holds out {share:.1%} "
-                                       "of it\n")
+    assert capsys.readouterr().err == ("warning: --valid-fraction 0.1 asked for 10.0% of "
+                                       "the text held out; the nearest place to cut it "
+                                       f"holds out {share:.1%}\n")
     assert 0.5 < share < 0.54
 
 

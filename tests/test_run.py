@@ -528,3 +528,12 @@ def test_merges_that_do_not_go_with_the_vocabulary_are_refused(data_dir, tmp_pat
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1, err
     assert not (tmp_path / "r").exists()
+
+
+def test_special_tokens_of_the_users_need_no_merges(data_dir, tmp_path):
+    """`tlm tokenizer train --special-token "<|pad|>"` makes a vocabulary with a second
+    special token, which no merge makes: such a data directory trains."""
+    write_vocab(byte_vocab() | {257: b"<|pad|>", 258: b"th"}, data_dir / "vocab.json")
+    write_merges([(b"t", b"h")], data_dir / "merges.txt")
+    assert tlm_train(list(map(str, [*TINY, "--data-dir", data_dir, "--out-dir",
+                                    tmp_path / "r", "--steps", 3]))) == 0

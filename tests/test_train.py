@@ -360,9 +360,11 @@ def test_split_text_finds_a_bad_byte_past_its_first_16_mib(tmp_path):
     (b"", 0.1, "is empty"),
     ("Viola: adieu, café".encode("latin-1"), 0.1,
      "is not UTF-8 text: byte 0xe9 at offset 17"),
-    (b"one line, no break", 0.1, "too small to split: no line break or <|endoftext|>"),
-    (b"   \n\n  \n", 0.1, "too small to split"),
-    (f"{EOT}\n \n{EOT}\n".encode(), 0.5, "too small to split"),
+    (b"oneline,nobreak", 0.1, "has no <|endoftext|>, line break or space with text on "
+     "both sides to cut it at (15 bytes)"),
+    (b"   \n\n  \n", 0.1, "has no <|endoftext|>, line break or space with text on both "
+     "sides to cut it at (8 bytes)"),
+    (f"{EOT}\n \n{EOT}\n".encode(), 0.5, "has no <|endoftext|>, line break or space"),
     (b"a\nb\n", 0.0, "--valid-fraction must be a number between 0 and 1, got 0.0"),
     (b"a\nb\n", 1, "got 1"),
     (b"a\nb\n", float("nan"), "got nan"),

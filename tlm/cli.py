@@ -81,12 +81,16 @@ def _run(args) -> int:
     except (ValueError, TypeError, OSError, pickle.UnpicklingError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    except MemoryError:  # asked for more than this machine has (--num-samples 10**11)
-        print("error: out of memory: ask for less (a smaller --batch-size, "
-              "--num-samples or --max-new-tokens)", file=sys.stderr)
-        return 1
     except (FloatingPointError, CompileCheckError) as error:  # not the input's fault
         print(f"error: {error}", file=sys.stderr)
+        return 1
+    except (MemoryError, RuntimeError) as error:  # asked for more than there is?
+        # (torch's CPU allocator says so in a plain RuntimeError)
+        if isinstance(error, RuntimeError) and not isinstance(
+                error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+            raise
+        print(f"error: out of memory ({_error_line(error)}): ask for less",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:  # files are replaced whole: the last ones stay intact
         print("interrupted", file=sys.stderr)
@@ -110,8 +114,8 @@ def _add_data(sub) -> None:
     text.add_argument("file", metavar="FILE", help="a UTF-8 text file")
     text.add_argument("--valid-fraction", type=float, default=0.1,
                       help="about this share of FILE's bytes, at its end, is held out, "
-                      "cut at the nearest <|endoftext|> or, without one, the nearest "
-                      "line break, or space (default: 0.1)")
+                      "cut at the nearest <|endoftext|>; without one at the nearest line "
+                      "break; in a file of one line at the nearest space (default: 0.1)")
     for q in (plays, text):
         q.add_argument("dir", metavar="DIR", help="where the files go")
         q.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
@@ -160,21 +164,23 @@ def _leftover(path: Path, source: Path | None) -> bool:
 @contextlib.contextmanager
 def _locked(out: Path):
     """Hold DIR's lock (the kernel's flock on the folder, which ends with the process):
-    a second `tlm data` into DIR is refused while this one runs."""
+    a second `tlm data` into DIR is refused while this one runs. Yields whether it
+    holds the lock (not on Windows, nor on a file system without flock)."""
     if fcntl is None:  # Windows: no flock
-        yield
+        yield False
         return
     fd = os.open(out, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        locked = True
     except BlockingIOError:
         os.close(fd)
         raise ValueError(f"DIR {out} is in use by another `tlm data`: wait for it to "
                          "end, or choose another") from None
     except OSError:  # a file system without flock: go on unlocked
-        pass
+        locked = False
     try:
-        yield
+        yield locked
     finally:
         os.close(fd)
 
@@ -197,7 +203,8 @@ def _data(args) -> int:
     # another than its parent's); files move in only once all are complete
     held_out = ""
     try:
-        with _locked(out):
+        with _locked(out) as locked:
+            # unlocked, a leftover may be another run's live folder: kept, not counted
             leftovers = [p for p in out.iterdir() if _leftover(p, source)]
             if set(out.iterdir()) - set(leftovers) and not args.force:
                 raise ValueError(f"DIR {out} is not empty: choose another, or pass "
@@ -207,7 +214,7 @@ def _data(args) -> int:
                     if not (out / name).is_file():
                         raise ValueError(f"DIR {out} holds {name}, which is not a file "
                                          "and which --force would replace: remove it")
-            for folder in leftovers:  # no run is writing it: we hold the lock
+            for folder in leftovers if locked else []:  # no run is writing them
                 shutil.rmtree(folder)
             with tempfile.TemporaryDirectory(dir=out, prefix=_LEFTOVER) as tmp:
                 if source is not None:
@@ -240,8 +247,8 @@ def _warn_if_share_differs(share: float, asked: float) -> None:
     can be far from what --valid-fraction asked (more than twice or under half)."""
     if not (asked / 2 <= share <= 2 * asked and (1 - asked) / 2 <= 1 - share
             <= 2 * (1 - asked)):
-        warnings.warn(f"--valid-fraction {asked}: the nearest {EOT} or, without one, line "
-                      f"break or space to cut the text at holds out {share:.1%} of it")
+        warnings.warn(f"--valid-fraction {asked} asked for {asked:.1%} of the text held "
+                      f"out; the nearest place to cut it holds out {share:.1%}")
 
 
 def _add_tokenizer(sub) -> None:

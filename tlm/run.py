@@ -308,11 +308,13 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
 def _check_merges(data_dir: Path, vocab: dict[int, bytes]) -> None:
     """merges.txt goes with vocab.json, as `tlm generate` will read them: it parses, each
     merge makes a token of the vocabulary, and there is one merge for every token past
-    the 256 bytes and <|endoftext|> (an empty file beside a larger vocabulary is not)."""
+    the 256 bytes and the special tokens (<|...|>): an empty file beside a larger
+    vocabulary is refused."""
     merges = read_merges(data_dir / "merges.txt")  # ValueError naming a bad line
     special = [EOT] if EOT.encode("utf-8") in vocab.values() else []
     Tokenizer(vocab, merges, special)  # ValueError naming a merge of other tokens
-    made = len(vocab) - 256 - len(special)
+    made = sum(len(t) > 1 and not (t.startswith(b"<|") and t.endswith(b"|>"))
+               for t in vocab.values())
     if len(merges) != made:
         raise ValueError(f"--data-dir {data_dir}: merges.txt has {len(merges):,} merges, "
                          f"but vocab.json has {made:,} tokens made by merges: they are not "
