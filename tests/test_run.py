@@ -154,6 +154,7 @@ def test_resume_refuses_another_tokenizer_and_a_fresh_run_never_overwrites(data_
     assert tlm_train(list(map(str, common))) == 2
     assert "already holds a run: --resume continues it" in capsys.readouterr().err
     write_vocab(byte_vocab() | {257: b"xy"}, data_dir / "vocab.json")
+    write_merges([(b"x", b"y")], data_dir / "merges.txt")  # a whole other tokenizer
     assert tlm_train(list(map(str, [*common, "--resume"]))) == 2
     assert "has another tokenizer than the run: its vocab.json differs" in capsys.readouterr().err
     assert (tmp_path / "r" / "checkpoint.pt").read_bytes() == before
@@ -512,8 +513,7 @@ def test_a_data_directory_without_merges_is_refused_before_training(data_dir, tm
 
 
 @pytest.mark.parametrize("merges, message", [
-    ("", "merges.txt has 0 merges, but vocab.json has 1 tokens made by merges: they are "
-         "not one tokenizer's"),
+    ("", "merges.txt has 0 merges for vocab.json's 1 merged tokens: not one tokenizer's"),
     ("#version: 0.2\ngarbage line here\n", "merges.txt, line 2: expected two tokens"),
     ("#version: 0.2\nx y\n", "merge 0 (b'x', b'y'): b'xy' is not in"),
 ])

@@ -313,6 +313,6 @@ def __new__(cls, *args, **kwargs):
     if given and cls is MultiHeadSelfAttention:
         cls = GroupedQueryAttention
     elif given and not issubclass(cls, GroupedQueryAttention):  # a user's subclass
-        raise TypeError(f"{cls.__name__} takes no {given[0]}: it subclasses "
-                        "MultiHeadSelfAttention (subclass GroupedQueryAttention instead)")
+        raise TypeError(f"{cls.__name__} takes no {given[0]}: it subclasses Multi"
+                        "HeadSelfAttention (subclass GroupedQueryAttention instead)")
     return nn.Module.__new__(cls)

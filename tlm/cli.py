@@ -86,8 +86,9 @@ def _run(args) -> int:
         return 1
     except (MemoryError, RuntimeError) as error:  # asked for more than there is?
         # (torch's CPU allocator says so in a plain RuntimeError)
-        if isinstance(error, RuntimeError) and not isinstance(
-                error, torch.OutOfMemoryError) and "can't allocate memory" not in str(error):
+        cpu = "can't allocate memory" in str(error)
+        if isinstance(error, RuntimeError) and not (
+                cpu or isinstance(error, torch.OutOfMemoryError)):
             raise
         print(f"error: out of memory ({_error_line(error)}): ask for less",
               file=sys.stderr)
@@ -114,8 +115,9 @@ def _add_data(sub) -> None:
     text.add_argument("file", metavar="FILE", help="a UTF-8 text file")
     text.add_argument("--valid-fraction", type=float, default=0.1,
                       help="about this share of FILE's bytes, at its end, is held out, "
-                      "cut at the nearest <|endoftext|>; without one at the nearest line "
-                      "break; in a file of one line at the nearest space (default: 0.1)")
+                      "cut at the nearest <|endoftext|>; without one at the nearest "
+                      "line break; in a file of one line at the nearest space "
+                      "(default: 0.1)")
     for q in (plays, text):
         q.add_argument("dir", metavar="DIR", help="where the files go")
         q.add_argument("--vocab-size", type=int, default=4096, help="default: 4096")
@@ -150,10 +152,10 @@ _LEFTOVER = ".tmp-tlm-data-"  # the folder in DIR where a run writes its files f
 
 
 def _leftover(path: Path, source: Path | None) -> bool:
-    """Whether path is a folder that a killed `tlm data` left in DIR: its name, and in it
-    only files of the command's own names (or their temporary names), FILE not among
-    them. Anything else in DIR is the user's."""
-    if not (path.name.startswith(_LEFTOVER) and path.is_dir() and not path.is_symlink()):
+    """Whether path is a folder that a killed `tlm data` left in DIR: its name, and
+    in it only files of the command's own names (or their temporary names), FILE not
+    among them. Anything else in DIR is the user's."""
+    if not path.name.startswith(_LEFTOVER) or path.is_symlink() or not path.is_dir():
         return False
     names = set(_DATA_FILES)
     return all(p.is_file() and not p.is_symlink() and (p.name in names or any(
@@ -247,8 +249,8 @@ def _warn_if_share_differs(share: float, asked: float) -> None:
     can be far from what --valid-fraction asked (more than twice or under half)."""
     if not (asked / 2 <= share <= 2 * asked and (1 - asked) / 2 <= 1 - share
             <= 2 * (1 - asked)):
-        warnings.warn(f"--valid-fraction {asked} asked for {asked:.1%} of the text held "
-                      f"out; the nearest place to cut it holds out {share:.1%}")
+        warnings.warn(f"--valid-fraction {asked} asked for {asked:.1%} of the text "
+                      f"held out; the nearest place to cut it holds out {share:.1%}")
 
 
 def _add_tokenizer(sub) -> None:

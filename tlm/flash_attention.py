@@ -476,7 +476,7 @@ if tl is not None:
             v = _load(V, cols, svn, m, dims, HEAD_DIM, DP, MASK)
             s = _dot(q, tl.trans(k), None, PRECISION, UPCAST)
             p = tl.exp2(s * qk_scale - lse[:, None])
-            if MASK:  # keys past m load as zeros: p = e^-L, huge when L is very negative
+            if MASK:  # keys past m load as zeros: p = e^-L, huge for L far below 0
                 keep = cols[None, :] < m
                 if CAUSAL:
                     keep = keep & (cols[None, :] <= rows[:, None] + offset)

@@ -291,8 +291,7 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
         if not (data_dir / name).is_file():
             raise FileNotFoundError(f"--data-dir {data_dir} has no {name} (`tlm data "
                                     f"shakespeare {data_dir}` writes one)")
-    vocab = read_vocab(data_dir / "vocab.json")
-    _check_merges(data_dir, vocab)
+    vocab = _run_tokenizer(data_dir).vocab
     # smaller: the data's ids do not fit; larger: sampling could draw ids with no text
     if not resume and config["vocab_size"] not in (None, len(vocab)):
         raise ValueError(f"--vocab-size must be the tokenizer's, {len(vocab):,} (in "
@@ -305,20 +304,20 @@ def _open_run(config: dict, resume: bool) -> tuple[dict, dict | None, dict]:
     return config, (_resumed_state(config, ckpt_path) if resume else None), vocab
 
 
-def _check_merges(data_dir: Path, vocab: dict[int, bytes]) -> None:
-    """merges.txt goes with vocab.json, as `tlm generate` will read them: it parses, each
-    merge makes a token of the vocabulary, and there is one merge for every token past
-    the 256 bytes and the special tokens (<|...|>): an empty file beside a larger
-    vocabulary is refused."""
-    merges = read_merges(data_dir / "merges.txt")  # ValueError naming a bad line
-    special = [EOT] if EOT.encode("utf-8") in vocab.values() else []
-    Tokenizer(vocab, merges, special)  # ValueError naming a merge of other tokens
-    made = sum(len(t) > 1 and not (t.startswith(b"<|") and t.endswith(b"|>"))
+def _run_tokenizer(folder: Path) -> Tokenizer:
+    """The tokenizer of a data or run directory, as `tlm generate` reads it (with
+    <|endoftext|> if there), checked to be one: merges.txt parses, each merge makes a
+    token, and each token but the bytes and specials (<|...|>) comes from a merge."""
+    vocab = read_vocab(folder / "vocab.json")
+    merges = read_merges(folder / "merges.txt")  # a ValueError names a bad line
+    tokenizer = Tokenizer(vocab, merges, [EOT] if EOT.encode() in vocab.values() else
+                          [])  # a ValueError names a merge of tokens it lacks
+    made = sum(len(t) > 1 and not (t[:2] == b"<|" and t[-2:] == b"|>")
                for t in vocab.values())
     if len(merges) != made:
-        raise ValueError(f"--data-dir {data_dir}: merges.txt has {len(merges):,} merges, "
-                         f"but vocab.json has {made:,} tokens made by merges: they are not "
-                         "one tokenizer's")
+        raise ValueError(f"{folder}: merges.txt has {len(merges):,} merges for "
+                         f"vocab.json's {made:,} merged tokens: not one tokenizer's")
+    return tokenizer
 
 
 def _resumed_state(config: dict, ckpt_path: Path) -> dict:
@@ -393,9 +392,8 @@ class _Run:
         if runtime.writes:
             out_dir.mkdir(parents=True, exist_ok=True)
             for name in ("vocab.json", "merges.txt"):  # a run directory samples alone
-                if (data_dir / name).exists():
-                    with _replace_atomically(out_dir / name) as f:
-                        f.write((data_dir / name).read_bytes())
+                with _replace_atomically(out_dir / name) as f:
+                    f.write((data_dir / name).read_bytes())
             records = _read_log(self.log_path, self.step) if state is not None else []
             with _replace_atomically(self.log_path, "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in records)
@@ -626,9 +624,7 @@ def load_run(checkpoint, device=None) -> tuple[TransformerLM, Tokenizer]:
     state = _run_state(checkpoint)
     model = build_model(state["config"])
     load_model_weights(model, state["model"])
-    vocab = read_vocab(checkpoint.parent / "vocab.json")
-    special = [EOT] if EOT.encode("utf-8") in vocab.values() else []
-    tokenizer = Tokenizer(vocab, read_merges(checkpoint.parent / "merges.txt"), special)
+    tokenizer = _run_tokenizer(checkpoint.parent)
     if max(tokenizer.vocab) >= model.lm_head.weight.shape[0]:
         size = model.lm_head.weight.shape[0]
         raise ValueError(f"{checkpoint.parent / 'vocab.json'} has ids up to "
