@@ -482,6 +482,8 @@ CAVEATS = [
      "compared", "标有 `# NBVAL_IGNORE_OUTPUT` 的单元格（用时、版本、训练损失）不做比较"),
     ("its speed changes by the hour and by the day, by up to a factor of three", "每小时都会变化"),
     ("for example (one run here)", "只是一次运行的输出"),
+    ("No answer is quoted here: the machines that check this book do not reach the hub",
+     "这里没有引用任何回答"),
     ("it needs `pip install playwright` and a Chromium, which `make test` does not, and for the "
      "Chinese edition a CJK font", "需要 `make test` 不安装的东西"),
 ]

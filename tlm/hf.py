@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from tlm.model import TransformerLM
+from tlm.rope import RotaryPositionalEmbedding
 
 
 def qk_row_permutation(num_heads: int, d_k: int) -> Tensor:
@@ -76,6 +77,10 @@ def to_hf(model: TransformerLM, attn_implementation: str = "eager"):
         raise TypeError("model must be a tlm.TransformerLM, "
                         f"got {type(model).__name__}")
     c = model.config
+    rope = model.layers[0].attn.rope
+    if type(rope) is not RotaryPositionalEmbedding:  # e.g. tlm.Llama3RotaryEmbedding
+        raise ValueError("to_hf converts a model with the plain "
+                         f"RotaryPositionalEmbedding only, got {type(rope).__name__}")
     config = hf_config(c, attn_implementation)
     _, ForCausalLM = _import_hf(config.model_type)
     weight = model.lm_head.weight

@@ -357,6 +357,9 @@ class Tokenizer:
     """
 
     CACHE_SIZE = 2**16  # pre-tokens: about 9 MiB when full of short words
+    # The pre-token regex. A subclass with another one, or with a _normalize that
+    # changes text, overrides encode_iterable too: its hold-back assumes GPT2_PATTERN.
+    _pretoken = _PRETOKEN
 
     def __init__(self, vocab: dict[int, bytes], merges: list[tuple[bytes, bytes]],
                  special_tokens: list[str] | None = None):
@@ -421,6 +424,10 @@ class Tokenizer:
             found = self._cache[word] = self._encode_pretoken(word)
         return found
 
+    def _normalize(self, text: str) -> str:
+        """The text between special tokens as the pre-tokenizer sees it: unchanged."""
+        return text
+
     def encode(self, text: str) -> list[int]:
         """The ids of `text`: special tokens, then GPT-2's pre-tokens, then merges."""
         if not isinstance(text, str):
@@ -430,7 +437,7 @@ class Tokenizer:
             if special:
                 ids.append(self.ids[piece.encode("utf-8")])
             else:
-                for m in _PRETOKEN.finditer(piece):
+                for m in self._pretoken.finditer(self._normalize(piece)):
                     ids.extend(self._ids(m.group()))
         return ids
 
@@ -462,7 +469,7 @@ class Tokenizer:
                 else:
                     yield from self.encode(piece)
             start = hold - len(tail)
-            for m in _PRETOKEN.finditer(text, start, hold):
+            for m in self._pretoken.finditer(text, start, hold):
                 if m.end() > hold - _LOOKAHEAD:
                     break  # this pre-token and the rest wait for the next string
                 yield from self._ids(m.group())

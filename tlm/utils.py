@@ -3,6 +3,7 @@
 __all__ = ['get_device', 'saved_tensor_bytes', 'time_alternating', 'patch', 'draw_diagram']
 
 import contextlib
+import json
 import math
 import os
 import tempfile
@@ -262,6 +263,18 @@ def _replace_atomically(path, mode: str = "wb"):
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _json_object(path) -> dict:
+    """A JSON file that holds an object (a checkpoint's config, say), or a one-line
+    ValueError naming the file."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path} is not JSON text: {err}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
 
 
 def patch(cls: type):

@@ -93,7 +93,7 @@ async () => {
 PHONE = 390  # pixels: a phone held upright
 # A word of the Chinese book, and a page that must be among its search results.
 SEARCHES = {"缓存": "chapters/16_generation.html", "滑动窗口": "chapters/16_generation.html",
-            "归约散射": "chapters/22_distributed.html"}
+            "归约散射": "chapters/23_distributed.html"}
 SEARCH_JS = r"""
 async () => {
   // the summary line is written once the last result is shown
