@@ -620,3 +620,25 @@ def test_end_ids_that_are_not_ids_are_named(tmp_path, eos):
     d = _chat_checkpoint(tmp_path, {"chat_template": "x", "eos_token": "</s>"}, eos)
     with pytest.raises(ValueError, match="generation_config.json: eos_token_id must be"):
         tlm.read_chat_files(d)
+
+
+def test_overlapping_tensors_are_refused(checkpoints, tmp_path):
+    """Two tensors pointed at the same bytes (v_proj at k_proj's) would load as equal;
+    safetensors refuses such a file, and so does from_pretrained."""
+    bad = _copy(checkpoints["qwen3"], tmp_path / "bad")
+    raw = (bad / "model.safetensors").read_bytes()
+    n = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + n])
+    k, v = (f"model.layers.0.self_attn.{p}_proj.weight" for p in "kv")
+    header[v]["data_offsets"] = list(header[k]["data_offsets"])
+    text = json.dumps(header, separators=(",", ":")).encode().ljust(n)
+    (bad / "model.safetensors").write_bytes(raw[:8] + text[:n] + raw[8 + n:])
+    with pytest.raises(ValueError, match="byte ranges overlap or leave gaps"):
+        tlm.from_pretrained(bad)
+    with pytest.raises(FileNotFoundError, match="neither a directory nor a hub id"):
+        tlm.from_pretrained("")
+
+
+def test_add_generation_prompt_is_a_bool():
+    with pytest.raises(TypeError, match="add_generation_prompt must be a bool, got str"):
+        tlm.render_chat("{{ messages }}", [USER], add_generation_prompt="no")

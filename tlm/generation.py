@@ -434,6 +434,9 @@ def render_chat(template: str, messages: list[dict], *,
     add_generation_prompt ends the text with the header of the assistant's turn."""
     if not isinstance(template, str):
         raise TypeError(f"template must be a str, got {type(template).__name__}")
+    if not isinstance(add_generation_prompt, bool):
+        raise TypeError("add_generation_prompt must be a bool, got "
+                        f"{type(add_generation_prompt).__name__}")
     if not isinstance(messages, list) or not messages:
         raise TypeError("messages must be a non-empty list of dicts, got "
                         f"{messages!r:.60}")

@@ -184,7 +184,7 @@ def checkpoint_dir(source, files: list[str] = HUB_FILES) -> Path:
     if not isinstance(source, (str, Path)):
         raise TypeError("source must be a directory or a hub id (str), got "
                         f"{type(source).__name__}")
-    if Path(source).is_dir():
+    if str(source) and Path(source).is_dir():
         return Path(source)
     owner, _, name = str(source).partition("/")
     if Path(source).exists() or not owner or not name or "/" in name or owner == ".":
@@ -284,6 +284,13 @@ def _check_tensors(names: dict, files: dict, model: TransformerLM) -> dict:
     if extra:
         raise ValueError(f"the checkpoint has {len(extra)} tensor(s) the model has "
                          f"not, e.g. {extra[0]!r}")
+    for file, header in headers.items():  # the byte ranges tile the data, no overlap
+        spans = sorted(tuple(e["data_offsets"]) for k, e in header.items()
+                       if k != "__metadata__" and isinstance(e, dict)
+                       and isinstance(e.get("data_offsets"), list))
+        ends = [0] + [end for _, end in spans]
+        if any(begin != end for (begin, _), end in zip(spans, ends)):
+            raise ValueError(f"{file}: the tensors' byte ranges overlap or leave gaps")
     return stored, headers
 
 
@@ -377,10 +384,11 @@ def _bos_token(post, field: str = "post_processor") -> str | None:
     """The special token that a post-processor puts before the text, if any."""
     kind = None if post is None else post.get("type")
     if kind == "Sequence":
-        found = [_bos_token(p, f"{field}.processors") for p in post["processors"]]
+        found = [_bos_token(p, f"{field}.processors")
+                 for p in post.get("processors") or []]
         return next((token for token in found if token), None)
     _only(f"{field}.type", kind, (None, "ByteLevel", "TemplateProcessing", "Sequence"))
-    first = post.get("single", [{}])[0] if kind == "TemplateProcessing" else {}
+    first = (post.get("single") or [{}])[0] if kind == "TemplateProcessing" else {}
     return first["SpecialToken"]["id"] if "SpecialToken" in first else None
 
 
