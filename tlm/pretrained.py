@@ -2,8 +2,6 @@
 
 __all__ = ['read_safetensors_header', 'llama3_inv_freq', 'Llama3RotaryEmbedding', 'model_options', 'hf_names', 'checkpoint_dir', 'hub_reachable', 'from_pretrained', 'read_tokenizer_json', 'PretrainedTokenizer']
 
-import datetime
-import functools
 import json
 import math
 import os
