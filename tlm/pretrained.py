@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from tlm.hf import _ROTATED, _head_permutation, _layer_renames
 from tlm.model import TransformerLM
 from tlm.rope import RotaryPositionalEmbedding
 from tlm.utils import _check_positive_float, _check_positive_int, _json_object
@@ -157,6 +156,9 @@ def model_options(config: dict) -> tuple[dict, dict | None]:
         rms_norm_eps=config.get("rms_norm_eps", 1e-6)), scaling
 
 
+from tlm.hf import _ROTATED, _head_permutation, _layer_renames
+
+
 def hf_names(config: dict) -> dict[str, str]:
     """The checkpoint's name of every parameter of a TransformerLM with this config
     (model.config); with tied embeddings, lm_head has none of its own."""
@@ -176,6 +178,15 @@ HUB_FILES = ["config.json", "generation_config.json", "model.safetensors",
              "tokenizer_config.json", "chat_template.jinja"]
 
 
+def _is_hub_id(source) -> bool:
+    """Whether `source` can only be a hub id: "owner/name", where no such path, nor a
+    folder `owner`, is here (a mistyped local path is not sent to the hub)."""
+    owner, _, name = str(source).partition("/")
+    return (bool(owner) and bool(name) and "/" not in name and owner not in (".", "..")
+            and not owner.startswith("~") and not Path(owner).exists()
+            and not Path(source).exists())
+
+
 def checkpoint_dir(source, files: list[str] = HUB_FILES) -> Path:
     """A directory as it is; a hub id ("Qwen/Qwen3-0.6B") downloaded (`files` only)
     with huggingface_hub, or found in its cache."""
@@ -184,10 +195,12 @@ def checkpoint_dir(source, files: list[str] = HUB_FILES) -> Path:
                         f"{type(source).__name__}")
     if str(source) and Path(source).is_dir():
         return Path(source)
-    owner, _, name = str(source).partition("/")
-    if Path(source).exists() or not owner or not name or "/" in name or owner == ".":
+    if not _is_hub_id(source):
+        owner = str(source).partition("/")[0]
+        local = (f" ({owner!r} is a local path, so it is not taken for a hub id)"
+                 if "/" in str(source) and owner and Path(owner).exists() else "")
         raise FileNotFoundError(f"source {str(source)!r} is neither a directory nor a "
-                                "hub id 'owner/name'")
+                                f"hub id 'owner/name'{local}")
     try:
         from huggingface_hub import snapshot_download
     except ImportError:
@@ -246,9 +259,11 @@ def _read_tensor(f, start: int, name: str, entry: dict) -> Tensor:
     return tensor
 
 
-def _check_tensors(names: dict, files: dict, model: TransformerLM) -> dict:
+def _check_tensors(names: dict, files: dict, model: TransformerLM
+                   ) -> tuple[dict[str, torch.dtype], dict[Path, dict]]:
     """Every tensor there with the shape the config gives and its bytes, none left
-    over; returns {our name: the dtype stored} and the headers."""
+    over, the bytes of each file all used; returns ({our name: the dtype stored},
+    {file: its header})."""
     headers = {f: read_safetensors_header(f) for f in set(files.values())}
     stored = {}
     for ours, theirs in names.items():
@@ -289,6 +304,11 @@ def _check_tensors(names: dict, files: dict, model: TransformerLM) -> dict:
         ends = [0] + [end for _, end in spans]
         if any(begin != end for (begin, _), end in zip(spans, ends)):
             raise ValueError(f"{file}: the tensors' byte ranges overlap or leave gaps")
+        with open(file, "rb") as f:  # the data: the file after 8 bytes and the header
+            data = file.stat().st_size - 8 - struct.unpack("<Q", f.read(8))[0]
+        if ends[-1] != data:  # a file cut short, or bytes after the last tensor
+            raise ValueError(f"{file}: its tensors take {ends[-1]:,} bytes of data, "
+                             f"the file holds {data:,}")
     return stored, headers
 
 
@@ -350,8 +370,7 @@ import unicodedata
 
 import regex
 
-from tlm.generation import _chat_settings  # the chat format's files, read below
-from tlm.tokenizer import GPT2_PATTERN, Tokenizer, _to_bytes
+from tlm.tokenizer import GPT2_PATTERN, Tokenizer, _to_bytes, _to_text, _utf8_checked
 
 # The split patterns of Llama 3 (digits in threes) and of Qwen2 and Qwen3 (one by one),
 # as their tokenizer.json files spell them
@@ -430,6 +449,10 @@ def read_tokenizer_json(path) -> dict:
         if isinstance(i, bool) or not isinstance(i, int) or i in vocab:
             raise ValueError(f"model.vocab: {token!r} has id {i!r}, not a new int")
         vocab[i] = _to_bytes(token, f"model.vocab {token!r}")
+    missing = sorted(set(range(256)) - {b[0] for b in vocab.values() if len(b) == 1})
+    if missing:  # byte-level BPE spells every text with them
+        raise ValueError(f"model.vocab lacks {len(missing)} of the 256 single bytes, "
+                         f"e.g. byte {missing[0]} ({_to_text(bytes(missing[:1]))!r})")
     merges = []
     if not isinstance(model.get("merges"), list):
         raise ValueError("model.merges must be a list, got "
@@ -483,7 +506,8 @@ class PretrainedTokenizer(Tokenizer):
     normalization, as in `tokenizers`. bos_token and bos_id: the token the file's
     post-processor puts first (Llama 3's), or None; encode never adds it. From a
     checkpoint, also chat_template (None without), chat_tokens ({"eos_token": ...})
-    and end_ids (generation_config.json's eos_token_id as a list, or None).
+    and end_ids (generation_config.json's eos_token_id as a list, or None): see
+    _read_chat_format.
     """
 
     chat_template, chat_tokens, end_ids = None, {}, None
@@ -512,12 +536,13 @@ class PretrainedTokenizer(Tokenizer):
         if not (directory / "tokenizer.json").is_file():
             raise FileNotFoundError(f"{directory} has no tokenizer.json")
         tokenizer = cls(**read_tokenizer_json(directory / "tokenizer.json"))
-        tokenizer.chat_template, tokenizer.chat_tokens, tokenizer.end_ids = (
-            _chat_settings(directory))
-        eos = tokenizer.chat_tokens.get("eos_token", "").encode("utf-8")
-        if tokenizer.end_ids is None and eos in tokenizer.ids:  # the last resort
-            tokenizer.end_ids = [tokenizer.ids[eos]]
+        tokenizer._read_chat_format(directory)
         return tokenizer
+
+    def _read_chat_format(self, directory: Path) -> None:
+        """The chat format of a checkpoint directory: nothing here. Chapter 22's chat
+        section replaces this method (tlm/generation.py, with `patch`) by the reader of
+        its files."""
 
     def _normalize(self, text: str) -> str:
         return unicodedata.normalize("NFC", text) if self.nfc else text
@@ -542,8 +567,10 @@ class PretrainedTokenizer(Tokenizer):
         """The ids of the concatenated strings, lazily: each string's text up to the
         last safe cut (_cut) is encoded, the rest waits for the next string."""
         carry = ""
-        for chunk in iterable:
-            text = carry + chunk
+        for n, chunk in enumerate(iterable):
+            if not isinstance(chunk, str):
+                raise TypeError(f"iterable must give str, got {type(chunk).__name__}")
+            text = carry + _utf8_checked(chunk, f"string {n} of iterable")
             cut = self._cut(text)
             yield from self.encode(text[:cut])
             carry = text[cut:]

@@ -342,6 +342,17 @@ def package_data_path(package: str, *parts: str, install: str) -> Path:
 _NO_MERGE = (float("inf"), -1)  # the (rank, id) of a pair that was never merged
 
 
+def _utf8_checked(text: str, name: str = "text") -> str:
+    """`text`, or a ValueError naming the lone surrogate (which UTF-8 cannot encode) in
+    it and where it stands."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise ValueError(f"{name} has a lone surrogate {text[error.start]!r} at "
+                         f"position {error.start}, which UTF-8 cannot encode") from None
+    return text
+
+
 class Tokenizer:
     """Byte-level BPE: text to ids by the merges of train_bpe (or GPT-2's), and back.
 
@@ -433,12 +444,15 @@ class Tokenizer:
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
         ids: list[int] = []
-        for piece, special in _split(text, self._splitter):
-            if special:
-                ids.append(self.ids[piece.encode("utf-8")])
-            else:
-                for m in self._pretoken.finditer(self._normalize(piece)):
-                    ids.extend(self._ids(m.group()))
+        try:
+            for piece, special in _split(text, self._splitter):
+                if special:
+                    ids.append(self.ids[piece.encode("utf-8")])
+                else:
+                    for m in self._pretoken.finditer(self._normalize(piece)):
+                        ids.extend(self._ids(m.group()))
+        except UnicodeEncodeError:  # named where it is in `text`, not in a pre-token
+            _utf8_checked(text)
         return ids
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
@@ -453,8 +467,10 @@ class Tokenizer:
         pre-token or two), whatever the number of distinct words.
         """
         carry = ""
-        for chunk in iterable:
-            text = carry + chunk
+        for n, chunk in enumerate(iterable):
+            if not isinstance(chunk, str):
+                raise TypeError(f"iterable must give str, got {type(chunk).__name__}")
+            text = carry + _utf8_checked(chunk, f"string {n} of iterable")
             hold = len(text) - self._special_prefix(text)
             if self._splitter is not None:  # a complete special token that crosses hold
                 for m in self._splitter.finditer(text):
