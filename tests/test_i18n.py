@@ -6,6 +6,7 @@ import json
 import posixpath
 import re
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -120,6 +121,15 @@ def test_a_faithful_translation_passes(one_cell):
     ("层的损失", "层的键/值缓存", "'KV cache' is 'KV 缓存' here, not '键/值缓存'"),
     ("层的损失", "层的教师强制", "'teacher forcing' is '强制教学' here, not '教师强制'"),
     ("层的损失", "层的 Broadcast 损失", "the collective)' is '广播'"),
+    ("层的损失", "层的头的大小", "'head size' is '头维度' here, not '头的大小'"),
+    ("层的损失", "输出头的损失", "'LM head' is 'LM 头' here, not '输出头'"),
+    ("层的损失", "层对提示词的损失", "'prompt' is '提示' here, not '提示词'"),
+    ("层的损失", "层的累加量", "'accumulator (a kernel's running sums)' is '累加器'"),
+    ("层的损失", "没有在学习的运行", "'a run that does not learn' is '损失不下降的运行'"),
+    ("层的损失", "第一个贪心词元", "'greedy decoding' is '贪心解码' here, not '贪心词元'"),
+    ("[Softmax](08_softmax) 与", "[Softmax 一章](08_softmax) 与",
+     "a space after a link that ends in Chinese"),
+    ("{ref}`sec-x`：", "{ref}`下一节 <sec-x>` 说明", "a space after a link that ends in Chinese"),
 ])
 def test_a_translation_that_loses_structure_or_the_glossary_is_refused(one_cell, old, new,
                                                                         kind):
@@ -148,7 +158,9 @@ def test_the_glossary_terms_the_chinese_edition_chose_once():
                        ("all-reduce", "全归约"), ("reduce-scatter", "归约散射"),
                        ("reduction", "归约"), ("teacher forcing", "强制教学"),
                        ("all-gather", "全收集"), ("written whole (atomically)", "原子写入"),
-                       ("rank (tiktoken's, of a merge)", "合并优先级")]:
+                       ("rank (tiktoken's, of a merge)", "合并优先级"), ("LM head", "LM 头"),
+                       ("prompt", "提示"), ("accumulator (a kernel's running sums)", "累加器"),
+                       ("a run that does not learn", "损失不下降的运行")]:
         assert zh[en]["zh"] == chosen and zh[en].get("avoid"), en
 
 
@@ -215,7 +227,8 @@ def test_the_chinese_book_has_every_page_its_captions_and_the_note(built):
     # the glossary's terms, which jieba would split, kept whole in the search index
     words = Path(config["sphinx"]["config"]["html_search_options"]["dict"])
     assert words == built / i18n.SEARCH_WORDS
-    assert {"归约散射", "滑动窗口", "词元"} <= set(words.read_text("utf-8").split())
+    assert {"归约散射", "滑动窗口", "词元", "运行时", "微批量", "训练脚本"} \
+        <= set(words.read_text("utf-8").split())
 
 
 @pytest.mark.parametrize("config, this, other", [
@@ -247,6 +260,11 @@ def _zh_title(built, page):
 
 
 def test_each_chapter_ends_with_the_next_chapters_chinese_title(built):
+    """下一章 before a chapter, 下一篇 before a page of the Reference part (an appendix, the
+    conventions ledger, the bibliography), which is not a chapter."""
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    reference = {c["file"] for c in toc["parts"][-1]["chapters"]}
+    assert toc["parts"][-1]["caption"] == "Reference" and "chapters/24_cli" in reference
     for stem, path in PAGES.items():
         if path.suffix != ".ipynb":
             continue
@@ -256,8 +274,43 @@ def test_each_chapter_ends_with_the_next_chapters_chinese_title(built):
         target = english.rsplit("](", 1)[1].rstrip(")")
         page = posixpath.normpath(posixpath.join("chapters", target))
         chinese = "".join(last(built / "chapters" / path.name)["source"]).rstrip()
-        expected = f"- 下一章：[{_zh_title(built, page)}]({target})"
+        next_page = "下一篇" if page in reference else "下一章"
+        expected = f"- {next_page}：[{_zh_title(built, page)}]({target})"
         assert chinese.splitlines()[-1] == expected, stem
+
+
+# A link to a chapter or an appendix by name: [旋转位置编码一章](07_rope), [命令行附录](24_cli).
+CHAPTER_LINK = re.compile(r"\[([^\]\n]*?) ?(一章|附录)\]\(([^)\s#]*)[^)\s]*\)")
+
+
+def test_a_link_names_a_chapter_by_its_chinese_title():
+    """A reader finds the chapter in the sidebar: the link text is the start of the target
+    page's Chinese title or of the part after its colon, up to a word's end ([生成一章] for
+    生成与 KV 缓存, [字节级 BPE 一章] for 从文本到词元 id：字节级 BPE, never [架构一章] for
+    从讲义模型到 Llama 3 与 Qwen3), the whole link text is the link ("[资源核算一章](...)",
+    not "[资源核算](...)一章"), and a Latin name stands apart from 一章 ([Softmax 一章]).
+    上一章, 下一章, 下一个附录 and a bare 附录 name no title."""
+    titles = {stem: i18n.page_title([(cid, entry["md"]) for cid, entry
+                                     in i18n.load_catalog(stem).items()]).replace("`", "")
+              for stem in PAGES}
+    found = []
+    for stem in PAGES:
+        for cid, entry in i18n.load_catalog(stem).items():
+            md = entry["md"]
+            found += [f"{stem} {cid}: {m.group(0)}"
+                      for m in re.finditer(r"\]\([^)\s]*\)(一章|附录)", md)]
+            for m in CHAPTER_LINK.finditer(md):
+                name, word, target = m.groups()
+                if not name or re.fullmatch(r"[上下本]|下一个", name):
+                    continue
+                title = titles[posixpath.basename(target) or stem]
+                ends_a_word = any(part == name or part.startswith(name)
+                                  and part[len(name)] in " ：-与、"
+                                  for part in [title, *title.split("：")[1:]])
+                apart = not re.search(r"[A-Za-z0-9]$", name) or f"{name} {word}" in m.group(0)
+                if not (ends_a_word and apart):
+                    found.append(f"{stem} {cid}: {m.group(0)} (title: {title})")
+    assert not found, "\n".join(found)
 
 
 # --- the command line, on a copy of the sources -----------------------------------------------
@@ -453,6 +506,24 @@ def test_no_line_starts_with_the_punctuation_after_math_or_code():
                      ("inline", ["nowrap"], "h）；"), ("Text", None, "下一句")]  # every mark
 
 
+def test_an_opening_mark_before_math_or_code_does_not_end_a_line():
+    doc = new_document("page", get_default_settings())
+    paragraph = nodes.paragraph()
+    paragraph += [nodes.Text("块大小 "), nodes.math("B", "B"), nodes.Text("（"),
+                  nodes.math("B", "B"), nodes.Text(" 整除 "), nodes.math("T", "T"),
+                  nodes.Text("）；又见（"), nodes.literal("f(a, b)", "f(a, b)"),
+                  nodes.Text("）与“"), nodes.literal("g", "g"), nodes.Text("”")]
+    doc += paragraph
+    anchors._no_break_before_punctuation(None, doc)
+    shown = [(type(n).__name__, getattr(n, "get", lambda k: None)("classes"), n.astext())
+             for n in paragraph.children]
+    assert shown == [("Text", None, "块大小 "), ("math", [], "B"), ("inline", ["nowrap"], "（B"),
+                     ("Text", None, " 整除 "), ("inline", ["nowrap"], "T）；"),
+                     ("Text", None, "又见（"), ("literal", [], "f(a, b)"),  # may wrap inside
+                     ("Text", None, "\u2060）与"), ("inline", ["nowrap"], "“g"),
+                     ("Text", None, "”")]
+
+
 def test_the_chinese_book_has_the_english_headings_of_every_page(built):
     found = json.loads((built / i18n.ANCHORS).read_text(encoding="utf-8"))
     config = yaml.safe_load((built / "_config.yml").read_text(encoding="utf-8"))
@@ -599,6 +670,92 @@ def test_the_chinese_search_index_holds_chinese_words():
     from sphinx.search.zh import SearchChinese
     words = set(SearchChinese({}).split("KV 缓存与滑动窗口"))
     assert {"缓存", "滑动", "窗口", "KV"} <= words
+
+
+def test_the_search_keeps_the_words_of_the_titles_whole():
+    """运行时 is the first word of a title, and jieba alone cuts it into 运行 + 时 (a single
+    character, which Sphinx does not index): a search for it found nothing. The dictionary
+    the build writes holds the titles' words, and the glossary's terms but not its phrases."""
+    import jieba
+
+    titles = [i18n.page_title([(cid, entry["md"]) for cid, entry
+                               in i18n.load_catalog(stem).items()]) for stem in PAGES]
+    assert "运行时与防护：设备、确定性与编译检查" in titles
+    words = i18n.search_words(TERMS, titles)
+    assert {"运行时", "防护", "训练脚本", "约定清单", "工具函数", "微批量", "归约散射"} <= set(words)
+    assert all(2 <= len(w) or w in {"块", "键", "值"} for w in words)
+    assert "值得记住的思想" not in words and "经得起中断的运行" not in words
+    cut = jieba.Tokenizer()
+    assert "运行时" not in cut.cut_for_search("运行时与防护")
+    for word in words:
+        cut.add_word(word)  # as jieba.load_userdict does with a line that has no frequency
+    for text, word in [("运行时与防护", "运行时"), ("每步多个微批量", "微批量"),
+                       ("附录训练脚本中", "训练脚本")]:
+        assert word in cut.cut_for_search(text), text
+
+
+# Sphinx's searchtools.js (the search page's code) run by node, with the Chinese edition's
+# splitQuery loaded first, as the browser does, against a small index.
+SEARCH_HARNESS = r"""
+const fs = require("fs"), vm = require("vm");
+const [lang, zh, sphinx, index, ...queries] = process.argv.slice(2);
+const element = () => ({appendChild: (x) => x, dataset: {}, style: {}});
+const context = {
+  document: {documentElement: {lang, dataset: {content_root: "./"}},
+             getElementById: () => null, createElement: element, body: element()},
+  window: {location: {search: ""}}, localStorage: {setItem() {}},
+  SPHINX_HIGHLIGHT_ENABLED: false, DOCUMENTATION_OPTIONS: {}, stopwords: [],
+  _: (s) => s, _ready: () => {}, Stemmer: function () { this.stemWord = (w) => w; },
+};
+vm.createContext(context);
+for (const file of [zh, sphinx]) vm.runInContext(fs.readFileSync(file, "utf8"), context);
+vm.runInContext(`Search.setIndex(${index})`, context);
+const found = {};
+for (const query of queries) {
+  found[query] = vm.runInContext(`(() => {
+    const [, terms, excluded] = Search._parseQuery(${JSON.stringify(query)});
+    return {terms: [...terms],
+            pages: Search.performTermsSearch(terms, excluded).map((r) => r[0]).sort()};
+  })()`, context);
+}
+console.log(JSON.stringify(found));
+"""
+INDEX = {"docnames": ["generation", "runs", "runtime"], "titles": ["生成", "训练脚本", "运行时"],
+         "filenames": ["generation.ipynb", "runs.ipynb", "runtime.ipynb"],
+         "terms": {"kv": [0, 2], "缓存": [0, 1], "恢复": 1, "训练": [1, 2], "运行": [1, 2],
+                   "运行时": 2},
+         "titleterms": {"运行时": 2}, "objects": {}, "objnames": {}, "objtypes": {},
+         "alltitles": {}, "indexentries": {}, "envversion": {}}
+
+
+def _search(tmp_path, lang, *queries):
+    import sphinx
+
+    node = shutil.which("node")
+    if node is None:
+        pytest.skip("no node to run the search page's JavaScript")
+    script = tmp_path / "search.js"
+    script.write_text(SEARCH_HARNESS, encoding="utf-8")
+    searchtools = Path(sphinx.__file__).parent / "themes" / "basic" / "static" / "searchtools.js"
+    run = subprocess.run([node, str(script), lang, str(ROOT / "_static" / "zh_search.js"),
+                          str(searchtools), json.dumps(INDEX, ensure_ascii=False), *queries],
+                         capture_output=True, text=True, check=True)
+    return json.loads(run.stdout)
+
+
+def test_a_chinese_query_typed_without_spaces_is_split_into_indexed_words(tmp_path):
+    found = _search(tmp_path, "zh-CN", "KV缓存", "恢复训练", "运行时", "KV 缓存", "块", "缓存块")
+    assert found["KV缓存"] == {"terms": ["kv", "缓存"], "pages": ["generation"]}
+    assert found["恢复训练"] == {"terms": ["恢复", "训练"], "pages": ["runs"]}
+    assert found["运行时"] == {"terms": ["运行时"], "pages": ["runtime"]}  # the longest
+    assert found["KV 缓存"] == found["KV缓存"]
+    assert found["块"]["terms"] == [] and found["缓存块"]["terms"] == ["缓存"]
+
+
+def test_the_english_book_keeps_sphinxs_query_split(tmp_path):
+    found = _search(tmp_path, "en", "KV缓存", "KV 缓存")
+    assert found["KV缓存"] == {"terms": ["kv缓存"], "pages": []}  # what the Chinese book did
+    assert found["KV 缓存"]["pages"] == ["generation"]
 
 
 def test_the_furniture_the_themes_leave_in_english_is_replaced_where_it_is_whole():

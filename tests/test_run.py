@@ -342,8 +342,12 @@ def test_train_model_refuses_an_option_it_does_not_know(tmp_path, config, messag
      "got 1e+39"),
     (["--seed", 10**29], f"--seed must be an int in [0, 2**63), got {10**29}"),
     (["--seed", -1], "--seed must be an int in [0, 2**63), got -1"),
-    (["--eps", 1e-46], "--eps must be a number float32 does not round to 0 (>= 1.4e-45), "
-     "got 1e-46"),
+    (["--eps", 1e-46], "--eps must be a number float32 does not round to 0 (above 2**-150, "
+     "about 7.006e-46), got 1e-46"),
+    (["--eps", 7e-46], "--eps must be a number float32 does not round to 0 (above 2**-150, "
+     "about 7.006e-46), got 7e-46"),
+    (["--eps", 2.0**-150], "--eps must be a number float32 does not round to 0 (above "
+     f"2**-150, about 7.006e-46), got {2.0**-150!r}"),
 ])
 def test_numbers_past_what_training_can_hold_are_refused(tmp_path, capsys, args,
                                                          message):

@@ -50,7 +50,8 @@ class TransformerLM(nn.Module):
         device, dtype: as in torch.nn.
         attn_implementation: "eager" (the book's attention) or "sdpa" (PyTorch's).
         num_kv_heads, head_dim, qk_norm: grouped-query attention, head size and
-            QK-norm, as in MultiHeadSelfAttention (defaults: the handout's model).
+            QK-norm, as in GroupedQueryAttention (the architectures chapter; defaults:
+            the handout's model).
         tie_embeddings: lm_head and token_embeddings share one weight matrix (it keeps
             lm_head's initialization).
         rms_norm_eps: eps of every RMSNorm.

@@ -108,7 +108,8 @@ def check_config(config: dict) -> None:
         if value > largest:
             refuse(name, f"small enough that {what} fits float32 (<= {largest:.3g})")
     if np.float32(config["eps"]) == 0:  # then a zero second moment divides by zero
-        refuse("eps", "a number float32 does not round to 0 (>= 1.4e-45)")
+        refuse("eps", "a number float32 does not round to 0 (above 2**-150, "
+                      "about 7.006e-46)")
     seed = config["seed"]
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEEDS:
         refuse("seed", f"an int in [0, 2**{SEEDS.bit_length() - 1})")

@@ -14,7 +14,9 @@ plain text, in order).
 A browser may break a line between inline math, code, a link or a citation and the Chinese
 punctuation after it, which then starts the next line; a word joiner (U+2060, invisible)
 between them forbids that break, and math (which MathJax draws as one box) or one-word code
-goes with the punctuation into a `<span class="nowrap">` (`_static/tlm.css`).
+goes with the punctuation into a `<span class="nowrap">` (`_static/tlm.css`). Likewise an
+opening mark before math or one-word code (“块大小 $B$（$B$ 整除 $T$）”), which a browser may
+leave at the end of a line, the math starting the next: it goes into the same span.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from sphinx.util import logging
 
 logger = logging.getLogger(__name__)
 PUNCTUATION = "，。；：、）！？」』】》…—"
+OPENING = "（“‘「『【《"  # must not end a line
 WORD_JOINER = "\u2060"  # no line break on either side
 # what may stand before the punctuation: math, code, a link or a citation, emphasis
 INLINE = (nodes.math, nodes.literal, nodes.reference, nodes.inline, nodes.emphasis,
@@ -82,28 +85,43 @@ def _no_break_before_punctuation(app, doctree) -> None:
     for node in list(doctree.findall(lambda n: isinstance(n, INLINE))):
         parent = node.parent
         at = parent.index(node)
+        before = parent[at - 1] if at > 0 else None
         after = parent[at + 1] if at + 1 < len(parent) else None
-        if not isinstance(after, nodes.Text) or after.astext()[:1] not in PUNCTUATION:
+        one_box = isinstance(node, nodes.math) or isinstance(node, nodes.literal) \
+            and not any(c.isspace() for c in node.astext())
+        closing = isinstance(after, nodes.Text) and after.astext()[:1] in PUNCTUATION
+        opening = one_box and isinstance(before, nodes.Text) and before.astext()[-1:] in OPENING
+        if not (closing or opening):
             continue
-        text = after.astext()
-        if not (isinstance(node, nodes.math) or isinstance(node, nodes.literal)
-                and not any(c.isspace() for c in node.astext())):
-            parent[at + 1] = nodes.Text(WORD_JOINER + text)
+        if not one_box:
+            parent[at + 1] = nodes.Text(WORD_JOINER + after.astext())
             continue
         # MathJax draws math as one box, and a browser may break a name in a table's code
         # (_static/tlm.css) before it honours a word joiner: the math or the one-word code and
         # the punctuation go into one span that does not wrap at their boundary
         # (all the punctuation that follows: a browser may break between two marks at the
-        # span's end, `）` inside and `；` outside)
+        # span's end, `）` inside and `；` outside; and the opening marks before it)
+        text = after.astext() if closing else ""
         marks = len(text) - len(text.lstrip(PUNCTUATION))
+        lead = before.astext() if opening else ""
+        opens = len(lead) - len(lead.rstrip(OPENING))
         wrap = nodes.inline("", "", classes=["nowrap"])
         parent[at] = wrap
+        if opens:
+            wrap += nodes.Text(lead[-opens:])
         wrap += node
-        wrap += nodes.Text(text[:marks])
-        if len(text) > marks:
-            parent[at + 1] = nodes.Text(text[marks:])
-        else:
-            del parent[at + 1]
+        if marks:
+            wrap += nodes.Text(text[:marks])
+        if closing:
+            if len(text) > marks:
+                parent[at + 1] = nodes.Text(text[marks:])
+            else:
+                del parent[at + 1]
+        if opening:
+            if len(lead) > opens:
+                parent[at - 1] = nodes.Text(lead[:-opens])
+            else:
+                del parent[at - 1]
 
 
 def setup(app):

@@ -328,6 +328,10 @@ def _flat(span: str) -> str:
 # A line break between two Chinese characters renders as a stray space.
 _WIDE = "\u3000-\u303f\u4e00-\u9fff\uff00-\uffef"
 SOFT_BREAK = re.compile(f"[{_WIDE}]\n[{_WIDE}]")
+# So does a space between a link or a reference whose text ends in Chinese and the Chinese
+# after it: "{ref}`下文的权重衰减一节 <text-weight-decay>` 会解释原因".
+LINK_SPACE = re.compile(rf"(?:\[[^\]\n]*[{_WIDE}]\]\([^)\s]*\)"
+                        rf"|\{{(?:ref|doc|numref)\}}`[^`]*?[{_WIDE}]\s*(?:<[^`>]*>)?`) +[{_WIDE}]")
 
 
 # An English term may follow its Chinese rendering once, in parentheses: 广播（broadcast）.
@@ -393,6 +397,10 @@ def problems(stem: str, path: Path, terms: list[dict]) -> dict[str, list[str]]:
             line = soft.group(0).replace("\n", "⏎")
             out["malformed"].append(f"{cid}: a line break between Chinese characters ({line}) "
                                     "renders as a space; join the lines")
+        stray = LINK_SPACE.search(md)
+        if stray:
+            out["malformed"].append(f"{cid}: a space after a link that ends in Chinese "
+                                    f"({stray.group(0)!r}) renders as a stray space; drop it")
     return out
 
 
@@ -484,6 +492,37 @@ def _out_dir(out: Path) -> Path:
                      f"{MARKER}), got '{out}', {got}")
 
 
+def page_title(cells: list[tuple[str, str]]) -> str:
+    """A page's title: the text of its first `# ` heading."""
+    return next(line[2:].strip() for _, md in cells for line in md.split("\n")
+                if line.startswith("# "))
+
+
+# Words that join the words of a title: 运行时与防护, 分词器的文件, 从文本到词元 id.
+_JOINERS = "与的从到和"
+
+
+def search_words(terms: list[dict], titles: list[str]) -> list[str]:
+    """The words the Chinese book's search index keeps whole, for jieba's user dictionary.
+
+    Sphinx indexes Chinese through jieba's segmentation (`cut_for_search`), which splits
+    the book's own terms into pieces unless it knows them (归约散射 -> 归约 + 散射, 运行时 ->
+    运行 + 时, and a single character is not indexed), so that a search for the whole term
+    finds nothing. These are the glossary's Chinese terms (not its phrases, such as
+    值得记住的思想) and the words of the pages' Chinese titles: each run of Chinese in a
+    title cut at the joining words 与, 的, 从, 到, 和 (训练脚本, 运行时, 防护, 约定清单), of 2
+    to 6 characters (a longer run is a phrase, which would hide the words inside it: jieba
+    adds only the 2- and 3-character words of a longer one to the index).
+    """
+    words = {w for t in terms for w in t["zh"].split(" / ")
+             if CJK.search(w) and " " not in w and "的" not in w}
+    for title in titles:
+        for run in re.split(rf"[^\u4e00-\u9fff]+|[{_JOINERS}]", title):
+            if 2 <= len(run) <= 6:
+                words.add(run)
+    return sorted(words)
+
+
 def _write_book(out: Path, books: dict[str, list[tuple[str, str]]], settings: dict,
                 final: Path) -> None:
     """Write the book into `out`, which then becomes `final` (the paths in its config)."""
@@ -517,10 +556,7 @@ def _write_book(out: Path, books: dict[str, list[tuple[str, str]]], settings: di
     (out / ANCHORS).write_text(json.dumps(anchors, ensure_ascii=False, indent=1) + "\n",
                                encoding="utf-8")
     config["sphinx"]["config"]["section_anchors"] = ANCHORS
-    # Sphinx indexes Chinese through jieba's segmentation, which splits the book's own terms
-    # (归约散射, 滑动窗口) into pieces unless it knows them: the glossary's, one a line
-    words = sorted({w for t in glossary() for w in t["zh"].split(" / ")
-                    if CJK.search(w) and " " not in w})
+    words = search_words(glossary(), [page_title(cells) for cells in books.values()])
     (out / SEARCH_WORDS).write_text("".join(f"{w}\n" for w in words), encoding="utf-8")
     config["sphinx"]["config"]["html_search_options"] = {"dict": str(final / SEARCH_WORDS)}
     (out / "_config.yml").write_text(yaml.safe_dump(config, allow_unicode=True,

@@ -1,5 +1,5 @@
-"""Refresh the README's quotes of stored notebook outputs, so that the README and the chapters
-show the same numbers.
+"""Refresh the quotes of stored notebook outputs in README.md and benchmarks/README.md, so that
+they and the chapters show the same numbers.
 
 A quote is a fenced block under a comment that names a chapter and a marker: a piece of the
 source of the one code cell whose printed output the block repeats.
@@ -9,7 +9,7 @@ source of the one code cell whose printed output the block repeats.
     ...
     ```
 
-Usage: python tools/quote_outputs.py           rewrite the quotes in README.md
+Usage: python tools/quote_outputs.py           rewrite the quotes in both files
        python tools/quote_outputs.py --check   exit 1 if a quote differs from its chapter
 """
 
@@ -41,18 +41,25 @@ def refresh(text: str) -> str:
     return QUOTE.sub(lambda m: m[1] + cell_output(m[2], m[3]) + m[5], text)
 
 
+FILES = [ROOT / "README.md", ROOT / "benchmarks" / "README.md"]  # the pages that quote
+
+
 def main(argv: list[str]) -> int:
-    path = ROOT / "README.md"
-    text = path.read_text()
-    new = refresh(text)
-    if "--check" in argv:
-        if new != text:
-            print("README.md quotes outputs that the chapters no longer print; "
-                  "run `python tools/quote_outputs.py`")
-            return 1
-        return 0
-    path.write_text(new)
-    print(f"README.md: {len(QUOTE.findall(text))} quotes refreshed")
+    stale = []
+    for path in FILES:
+        text = path.read_text()
+        new = refresh(text)
+        if new == text:
+            continue
+        if "--check" in argv:
+            stale.append(path.relative_to(ROOT).as_posix())
+        else:
+            path.write_text(new)
+            print(f"{path.relative_to(ROOT)}: {len(QUOTE.findall(text))} quotes refreshed")
+    if stale:
+        print(f"{', '.join(stale)} quote outputs that the chapters no longer print; "
+              "run `python tools/quote_outputs.py`")
+        return 1
     return 0
 
 
