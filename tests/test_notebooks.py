@@ -470,3 +470,12 @@ def test_chapter_ends_with_a_link_to_the_next_one(path):
     nexts = [line for c in _cells(path) if c.cell_type == "markdown"
              for line in c.source.splitlines() if line.startswith("- Next:")]
     assert nexts == [expected], f"{path.name}: more than one 'Next:' line: {nexts}"
+
+
+def test_the_chapters_folder_holds_only_notebooks():
+    """A chapter writes its files into a temporary directory and removes it: anything else
+    in chapters/ is a leftover of an interrupted run, which would be committed with it."""
+    stray = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "chapters").iterdir()
+                   if p.suffix != ".ipynb" and p.name not in (".ipynb_checkpoints",
+                                                              "__pycache__"))
+    assert not stray, f"not notebooks, in chapters/: {stray}"
