@@ -453,6 +453,7 @@ class Tokenizer:
                         ids.extend(self._ids(m.group()))
         except UnicodeEncodeError:  # named where it is in `text`, not in a pre-token
             _utf8_checked(text)
+            raise
         return ids
 
     def encode_iterable(self, iterable: Iterable[str]) -> Iterator[int]:
