@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-# Without CUDA, Triton's kernels (tlm.flash_attention) run in its interpreter, which
+# Without CUDA, Triton's kernels (tlm.flash_triton) run in its interpreter, which
 # triton.jit chooses when it wraps them, at `import tlm`: before anything imports it, this
 # file's own imports included (tests/test_flash_attention.py checks that it was).
 if not torch.cuda.is_available():
@@ -22,10 +22,10 @@ LONGEST_FIRST = (
     "tests/test_distributed.py",  # 150 s: processes that train together
     "tests/test_train.py",  # 113 s
     "tests/test_standalone.py",  # 98 s: three chapters in a bare venv
-    "chapters/24_cli.ipynb",  # 97 s
+    "chapters/25_cli.ipynb",  # 97 s
     "chapters/19_performance.ipynb",  # 85 s
     "chapters/18_writing.ipynb",  # 82 s
-    "chapters/23_distributed.ipynb",  # 78 s
+    "chapters/24_distributed.ipynb",  # 78 s
     "chapters/14_tokenizer.ipynb",  # 53 s
     "chapters/15_training.ipynb",  # 44 s
     "chapters/16_generation.ipynb",  # 42 s

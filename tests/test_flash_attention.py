@@ -20,12 +20,12 @@ import pytest
 import torch.nn.functional as F
 
 import tlm
-from tlm import flash_attention as fa
+from tlm import flash_triton as fa
 
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 TRITON_REASON = fa.triton_unavailable_reason(DEVICE)
 FUNCTIONS = {"pytorch": tlm.get_flashattention_autograd_function_pytorch,
-             "triton": tlm.get_flashattention_autograd_function_triton}
+             "triton": fa.get_flashattention_autograd_function_triton}
 # Largest |error| allowed against float64: float32 rounding, and the 16-bit formats' 8 and
 # 11 bits (the Triton kernels round P to the input dtype before P V, as FlashAttention
 # does; float16 runs the GPU's 16-bit products in the interpreter too).
@@ -161,7 +161,7 @@ def test_flash_is_refused_with_a_reason_where_triton_cannot_run(monkeypatch):
     with pytest.raises(ValueError, match=r"Triton is not installed \(pip install"):
         attn(x)
     with pytest.raises(ValueError, match="Triton is not installed"):
-        tlm.FlashAttentionTriton.apply(x, x, x, False)
+        fa.FlashAttentionTriton.apply(x, x, x, False)
 
 
 @pytest.mark.parametrize("name", list(FUNCTIONS))
@@ -186,7 +186,7 @@ def test_the_triton_kernels_refuse_a_dtype_they_cannot_compute_in():
     q = torch.randn(1, 16, 16, dtype=torch.float64)
     with pytest.raises(TypeError, match="must be float32, bfloat16 or float16 for the "
                                         "Triton kernels, got torch.float64"):
-        tlm.get_flashattention_autograd_function_triton().apply(q, q, q, False)
+        fa.get_flashattention_autograd_function_triton().apply(q, q, q, False)
 
 
 def test_the_pytorch_function_computes_float64_in_float64():
@@ -247,7 +247,7 @@ def _triton_case(shape, dtype, is_causal, seed=0):
 
 
 @pytest.mark.parametrize(("config", "dtype", "is_causal"), [
-    ((64, 64, 4, 3), torch.float16, True), ((32, 64, 4, 3), torch.float16, False),
+    ((64, 64, 4, 3), torch.float16, True), ((32, 128, 4, 3), torch.float16, False),
     ((64, 16, 4, 3), torch.float32, True)], ids=str)
 def test_the_gpu_tiles_in_the_interpreter(monkeypatch, config, dtype, is_causal):
     """The tiles a GPU runs (64 and unequal sides), float16 products as on the GPU:
@@ -268,7 +268,7 @@ def test_heads_and_grouped_heads_are_read_in_place():
     q = x[:, :, :4].transpose(1, 2).requires_grad_()  # 4 query heads, a strided view
     kv = torch.randn(2, 2, 23, 2, 16, generator=g).to(DEVICE)  # 2 key/value heads
     k, v = (kv[..., i, :].requires_grad_() for i in (0, 1))
-    out = tlm.FlashAttentionTriton.apply(q, k, v, True)
+    out = fa.FlashAttentionTriton.apply(q, k, v, True)
     saved = out.grad_fn.saved_tensors
     assert {t.data_ptr() for t in saved} >= {q.data_ptr(), k.data_ptr(), v.data_ptr()}
     grad = torch.randn(out.shape, generator=g).to(DEVICE)
@@ -303,7 +303,7 @@ def test_triton_function_compiled_equals_eager(dtype, shape):
     Triton Function's output and gradients equal eager's, for a small problem (the first
     setting) and one large enough to go through the autotuner (Inductor's, compiled)."""
     torch._dynamo.reset()
-    fn = tlm.FlashAttentionTriton.apply
+    fn = fa.FlashAttentionTriton.apply
     q, k, v, grad = _draw(shape, dtype)
 
     def run(f):
@@ -349,17 +349,16 @@ def test_a_setting_too_large_for_the_gpu_falls_back(monkeypatch, n, gpu):
     monkeypatch.setattr(fa, "INTERPRETED", False)
     monkeypatch.setattr(fa, "_before_ampere", lambda device: gpu == "T4")
     monkeypatch.setattr(fa, "_lists_suit", lambda device: gpu == "H100")
-    monkeypatch.setitem(fa._KERNELS, "dq", Kernel())
-    q, k, v, do, dq, dk, dv = (torch.empty(16, 1, n, 64, dtype=torch.bfloat16,
-                                           device="meta") for _ in range(7))
-    lse = delta = torch.empty(16, 1, n, device="meta")
-    launch = fa._backward_launches(q, k, v, do, dq, dk, dv, lse, delta, True)[1]
-    fa._launch(*launch)
-    first = fa.flash_configs("dq", 16, 64)[0]  # the setting small problems take
-    tried = [((-(-n // first[0]), 16), first)] if n == 40 else [("autotuned", None)]
+    monkeypatch.setitem(fa._KERNELS, "backward", Kernel())
+    q, k, v, do, dk, dv = (torch.empty(16, 1, n, 64, dtype=torch.bfloat16,
+                                       device="meta") for _ in range(6))
+    dq, lse = torch.empty(16, 1, n, 64, device="meta"), torch.empty(16, 1, n, device="meta")
+    fa._launch(*fa._backward_launch(q, k, v, do, dq, dk, dv, lse, lse, True))
+    first = fa.flash_configs("backward", 16, 64)[0]  # the setting small problems take
+    tried = [((-(-n // first[1]), 16), first)] if n == 40 else [("autotuned", None)]
     if gpu == "T4" or (gpu == "L4" and n == 40):
-        tried = []
-    assert launched == tried + [((-(-n // fa.FALLBACK[0]), 16), fa.FALLBACK)]
+        tried = []  # a program per key tile: B_k of them
+    assert launched == tried + [((-(-n // fa.FALLBACK[1]), 16), fa.FALLBACK)]
 
 
 @pytest.mark.parametrize("is_causal", [False, True])
@@ -371,7 +370,9 @@ def test_scores_far_below_zero_and_a_ragged_last_key_tile(shape, is_causal, dtyp
     """Every score near `score`, so that e^-L (L: a row's log-sum-exp) overflows float32
     (L below -88.7), or dS = P (dP - D) overflows float16 when cast for dS K, and m not a
     multiple of any key tile: the keys past m, which load as zeros (score 0, P = e^-L),
-    must add nothing to dQ (they once made it NaN, not causal)."""
+    must add nothing to dQ (they once made it NaN, not causal). Every key is near the
+    same vector, so dQ = sum dS k cancels about 16-fold: the last bit of a score, which
+    the backward's K Q^T sums in another order than the forward's Q K^T, shows as 1e-4."""
     function = _function("triton")
     b, n, m, d = shape
     g = torch.Generator().manual_seed(0)
@@ -392,7 +393,7 @@ def test_scores_far_below_zero_and_a_ragged_last_key_tile(shape, is_causal, dtyp
     for got, want in zip([out, q.grad, k.grad, v.grad], expected, strict=True):
         assert torch.isfinite(got).all()
         err = ((got.detach().cpu().double() - want).abs().max() / want.abs().max()).item()
-        assert err < {torch.float32: 1e-4, torch.float16: 1e-2}[dtype], err
+        assert err < {torch.float32: 1e-3, torch.float16: 1e-2}[dtype], err
 
 
 def test_the_autotuner_times_the_fallback_too():
@@ -410,3 +411,74 @@ def test_the_autotuner_times_the_fallback_too():
                                                         HEAD_DIM=d)]
             mine = fa.flash_configs(name, 8 * q.element_size(), d)
             assert timed == sorted(set(mine) | {fa.FALLBACK}), (name, dtype, d)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_the_d_pass_sums_do_times_o_and_zeroes_dq(dtype):
+    """D = rowsum(dO * O) in float32 from 16-bit or float32 O and dO, through strided
+    (batch, heads, seq, d) views at a ragged n; and dQ's float32 sums start at zero."""
+    if TRITON_REASON is not None:
+        pytest.skip(TRITON_REASON)
+    g = torch.Generator().manual_seed(0)
+    o, do = (torch.randn(2, 37, 3, 24, generator=g).to(dtype).to(DEVICE).transpose(1, 2)
+             for _ in range(2))
+    dq = torch.full(o.shape, float("nan"), device=DEVICE)
+    delta = fa._delta(o, do, dq)
+    assert delta.dtype == torch.float32 and delta.shape == (2, 3, 37)
+    torch.testing.assert_close(delta, (do.float() * o.float()).sum(-1), atol=1e-5,
+                               rtol=1e-5)
+    assert (dq == 0).all()
+
+
+def test_the_autotune_key_holds_the_grid_and_the_group():
+    """A tuning made at one batch x heads (rounded to a power of two) or GQA group is
+    not reused at another: both are in the key, with n, m, d and causal."""
+    if fa.triton is None:
+        pytest.skip("Triton is not installed")
+    for name in fa.KERNELS:
+        assert {"zh_bucket", "GROUP", "n_bucket", "m_bucket", "HEAD_DIM",
+                "CAUSAL"} <= set(fa._KERNELS[name].keys), name
+    q, k = torch.empty(3, 8, 40, 16, device="meta"), torch.empty(3, 2, 40, 16,
+                                                                  device="meta")
+    meta = fa._meta(q, k, [q, k], True)
+    assert (meta["zh_bucket"], meta["GROUP"]) == (32, 4)
+
+
+def test_the_autotuners_timing_runs_do_not_add_into_dq(monkeypatch):
+    """triton.autotune times a setting by running the kernel many times on the real
+    arguments; the backward adds into dQ, so the sums start from zero before each run and
+    before the launch that counts: dQ equals one launch's. (do_bench stood in for by three
+    runs a setting, in the interpreter or on a GPU.)"""
+    if TRITON_REASON is not None:
+        pytest.skip(TRITON_REASON)
+    kernel = fa._KERNELS["backward"]
+    timed = []
+
+    def three_runs(call, quantiles):
+        for _ in range(3):
+            call()
+        timed.append(len(timed))
+        return [1.0 + len(timed)] * len(quantiles)
+    monkeypatch.setattr(kernel, "_do_bench", three_runs)
+    monkeypatch.delitem(kernel.__dict__, "do_bench", raising=False)
+    monkeypatch.setattr(kernel, "cache", {})
+    g = torch.Generator().manual_seed(0)
+    q, k, v, do = (torch.randn(1, 2, 40, 16, generator=g).to(DEVICE) for _ in range(4))
+    o, lse = torch.empty_like(q), torch.empty(1, 2, 40, device=DEVICE)
+    fa._launch(*fa._forward_launch(q, k, v, o, lse, True))
+
+    def backward(autotuned):
+        dq = torch.empty_like(q)
+        dk, dv = torch.empty_like(k), torch.empty_like(v)
+        name, over, args, meta, programs = fa._backward_launch(
+            q, k, v, do, dq, dk, dv, lse, fa._delta(o, do, dq), True)
+        if autotuned:
+            kernel[lambda c: (fa.triton.cdiv(40, c["BK"]), programs)](*args, **meta)
+        else:
+            fa._launch(name, over, args, meta, programs)
+        return dq, dk, dv
+    once, tuned = backward(False), backward(True)
+    assert len(timed) == len(kernel.early_config_prune(kernel.configs, {"Q": q},
+                                                         HEAD_DIM=16)) > 1
+    for a, b in zip(once, tuned):
+        assert torch.allclose(a, b, atol=1e-5, rtol=1e-5), (a - b).abs().max()

@@ -185,7 +185,7 @@ def test_attention_sweep_as_the_performance_chapter_says():
 
 
 def test_grouped_query_decoding_as_the_architectures_chapter_says():
-    text = stored_output("21_architectures.ipynb", "times = tlm.time_alternating(decode")
+    text = stored_output("22_architectures.ipynb", "times = tlm.time_alternating(decode")
     t = numbers(text, r"^g = (\d+):\s+([\d.]+) ms per decoding step.*?([\d.]+)x the speed")
     assert set(t) == {"8", "2", "1"}, text
     assert 1 < t["2"][1] < 4 and 1 < t["1"][1] < 8  # faster, by less than the bytes saved

@@ -18,7 +18,8 @@ from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule
 from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate_plain, generate, render_chat, read_chat_files, chat_ids, reply_text, chat
 from .train import play_text, shakespeare_splits, write_shakespeare, encode_splits, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, param_groups, split_text, prepare_text
 from .benchmark import summarize, training_step, inference_step, attention_sweep
-from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch, flash_configs, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton, flash_compile_unavailable_reason, compile_flash_kernels
+from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch
+from .flash_triton import flash_configs, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton, flash_compile_unavailable_reason, compile_flash_kernels
 from .pretrained import read_safetensors_header, llama3_inv_freq, Llama3RotaryEmbedding, model_options, hf_names, checkpoint_dir, hub_reachable, from_pretrained, read_tokenizer_json, PretrainedTokenizer
 from .distributed import run_processes, DDP, ShardedOptimizer, FSDP, join_from_environment, mixed_precision, DistributedRuntime
 from .tokenizer_files import load_tiktoken_ranks, merges_from_ranks, gpt2_tokenizer, encode_file
