@@ -22,11 +22,12 @@ LONGEST_FIRST = (
     "tests/test_distributed.py",  # 150 s: processes that train together
     "tests/test_train.py",  # 113 s
     "tests/test_standalone.py",  # 98 s: three chapters in a bare venv
-    "chapters/25_cli.ipynb",  # 97 s
-    "chapters/19_performance.ipynb",  # 85 s
+    "chapters/26_cli.ipynb",  # 97 s
+    "chapters/20_performance.ipynb",  # 85 s
     "chapters/18_writing.ipynb",  # 82 s
-    "chapters/24_distributed.ipynb",  # 78 s
+    "chapters/25_distributed.ipynb",  # 78 s
     "chapters/14_tokenizer.ipynb",  # 53 s
+    "chapters/19_scaling.ipynb",  # 50 s: one run of the study again, and the fits
     "chapters/15_training.ipynb",  # 44 s
     "chapters/16_generation.ipynb",  # 42 s
 )

@@ -288,8 +288,8 @@ def test_each_attention_feature_is_defined_in_the_chapter_that_teaches_it():
     assert "#| export attention" in generation
     assert "@patch(MultiHeadSelfAttention)\ndef attend(self, q: Tensor, k: Tensor, v: Tensor, " \
            "bias: Tensor | None = None," in generation
-    architectures = _export_cells("22_architectures.ipynb")
+    architectures = _export_cells("23_architectures.ipynb")
     assert "class GroupedQueryAttention(MultiHeadSelfAttention):" in architectures
     for name in ("num_kv_heads", "qk_norm", "q_norm"):
         assert name in architectures
-    assert "ATTN_KERNELS.update(flash=" in _export_cells("21_flash_triton.ipynb")
+    assert "ATTN_KERNELS.update(flash=" in _export_cells("22_flash_triton.ipynb")

@@ -264,7 +264,7 @@ def test_each_chapter_ends_with_the_next_chapters_chinese_title(built):
     conventions ledger, the bibliography), which is not a chapter."""
     toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
     reference = {c["file"] for c in toc["parts"][-1]["chapters"]}
-    assert toc["parts"][-1]["caption"] == "Reference" and "chapters/25_cli" in reference
+    assert toc["parts"][-1]["caption"] == "Reference" and "chapters/26_cli" in reference
     for stem, path in PAGES.items():
         if path.suffix != ".ipynb":
             continue
@@ -279,7 +279,7 @@ def test_each_chapter_ends_with_the_next_chapters_chinese_title(built):
         assert chinese.splitlines()[-1] == expected, stem
 
 
-# A link to a chapter or an appendix by name: [旋转位置编码一章](07_rope), [命令行附录](25_cli).
+# A link to a chapter or an appendix by name: [旋转位置编码一章](07_rope), [命令行附录](26_cli).
 CHAPTER_LINK = re.compile(r"\[([^\]\n]*?) ?(一章|附录)\]\(([^)\s#]*)[^)\s]*\)")
 
 

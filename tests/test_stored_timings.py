@@ -115,7 +115,7 @@ def test_the_fast_decoding_loop_as_the_generation_chapter_says():
     assert 0.25 < t["compiled step"][1] < 0.42, t  # about three times (2.4 to 4)
 
 
-PERF = "19_performance.ipynb"
+PERF = "20_performance.ipynb"
 
 
 def test_llama_comparison_as_the_performance_chapter_says():
@@ -185,7 +185,7 @@ def test_attention_sweep_as_the_performance_chapter_says():
 
 
 def test_grouped_query_decoding_as_the_architectures_chapter_says():
-    text = stored_output("22_architectures.ipynb", "times = tlm.time_alternating(decode")
+    text = stored_output("23_architectures.ipynb", "times = tlm.time_alternating(decode")
     t = numbers(text, r"^g = (\d+):\s+([\d.]+) ms per decoding step.*?([\d.]+)x the speed")
     assert set(t) == {"8", "2", "1"}, text
     assert 1 < t["2"][1] < 4 and 1 < t["1"][1] < 8  # faster, by less than the bytes saved

@@ -17,6 +17,7 @@ from .tokenizer import split_on_special_tokens, chunk_boundaries, train_bpe, pac
 from .training import cross_entropy, HandoutAdamW, AdamW, get_lr_cosine_schedule, gradient_clipping, adamw_memory_bytes, adamw_step_flops, encode_addition, decode_addition, addition_splits, answer_accuracy, train_addition_model, load_model_weights, save_checkpoint, load_checkpoint
 from .generation import top_p_filter, top_k_filter, sample_next, LayerKVCache, KVCache, generate_plain, generate, render_chat, read_chat_files, chat_ids, reply_text, chat
 from .train import play_text, shakespeare_splits, write_shakespeare, encode_splits, prepare_shakespeare, get_batch, token_bytes, evaluate, SiLUFeedForward, ablate, build_model, param_groups, split_text, prepare_text
+from .scaling import family_config, matmul_params, flops_per_token, train_point, bracketed, isoflop_minimum, power_law, isoflop_optima, bootstrap_exponents, fit_loss_surface, loss_surface, predict_optimum
 from .benchmark import summarize, training_step, inference_step, attention_sweep
 from .flash_attention import flash_forward_pytorch, flash_backward_pytorch, FlashAttentionPyTorch, get_flashattention_autograd_function_pytorch
 from .flash_triton import flash_configs, triton_unavailable_reason, FlashAttentionTriton, get_flashattention_autograd_function_triton, flash_compile_unavailable_reason, compile_flash_kernels

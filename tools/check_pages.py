@@ -95,9 +95,9 @@ PHONE = 390  # pixels: a phone held upright
 # dictionary tools/i18n.py writes) and queries typed without spaces (KV缓存, 恢复训练: one word
 # to Sphinx's own splitQuery, which the index does not hold).
 SEARCHES = {"缓存": "chapters/16_generation.html", "滑动窗口": "chapters/16_generation.html",
-            "归约散射": "chapters/24_distributed.html", "运行时": "chapters/28_runtime.html",
-            "训练脚本": "chapters/27_runs.html", "微批量": "chapters/24_distributed.html",
-            "KV缓存": "chapters/16_generation.html", "恢复训练": "chapters/27_runs.html"}
+            "归约散射": "chapters/25_distributed.html", "运行时": "chapters/29_runtime.html",
+            "训练脚本": "chapters/28_runs.html", "微批量": "chapters/25_distributed.html",
+            "KV缓存": "chapters/16_generation.html", "恢复训练": "chapters/28_runs.html"}
 SEARCH_JS = r"""
 async () => {
   // the summary line is written once the last result is shown

@@ -231,7 +231,7 @@ def build() -> dict[str, str]:
             exporter[name] = module
         if 'if __name__ == "__main__"' in text:
             raise ExportError(f"{owner[module]}: a module of the package is not a script; "
-                              "commands belong in the command line (chapters/25_cli.ipynb)")
+                              "commands belong in the command line (chapters/26_cli.ipynb)")
         files[f"{module}.py"] = text
         if names and module != CLI:
             init_lines.append(f"from .{module} import {', '.join(names)}")

@@ -4,7 +4,7 @@ they and the chapters show the same numbers.
 A quote is a fenced block under a comment that names a chapter and a marker: a piece of the
 source of the one code cell whose printed output the block repeats.
 
-    <!-- stored output: chapters/19_performance.ipynb | repeats=7 -->
+    <!-- stored output: chapters/20_performance.ipynb | repeats=7 -->
     ```text
     ...
     ```
