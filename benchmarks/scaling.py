@@ -36,6 +36,7 @@ GRID = {3e11: (8, 16, 32, 48, 64, 80), 1e12: (8, 16, 32, 48, 64, 80, 96),
 REPEATED = dict(d_model=16, budget=1e12, fraction=0.25)  # the same run on a quarter
 CHECK_FACTOR = 5  # the prediction's budget: five times the largest
 QUICK = dict(d_model=16, budget=2e10)  # seconds: the chapter re-runs it
+QUICK_SEEDS = (1, 2, 3, 4)  # the same point from other seeds: its spread
 
 
 def key(run: dict) -> str:
@@ -124,6 +125,14 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             study["quick"] = train_point(QUICK["d_model"], QUICK["budget"], _data(work),
                                          Path(tmp) / "run")
+        _save(out, study)
+    if "quick_seeds" not in study:  # how far the small point moves with the seed
+        losses = []
+        for seed in QUICK_SEEDS:
+            with tempfile.TemporaryDirectory() as tmp:
+                losses.append(train_point(QUICK["d_model"], QUICK["budget"], _data(work),
+                                          Path(tmp) / "run", seed=seed)["loss"])
+        study["quick_seeds"] = losses
         _save(out, study)
     if "prediction" not in study:  # written down before the run that checks it
         from tlm.scaling import bracketed, predict_optimum

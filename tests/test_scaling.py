@@ -177,6 +177,7 @@ def test_the_shipped_study():
         assert r["flops"] == pytest.approx(r["tokens"] * flops_per_token(config))
         assert r["flops"] == pytest.approx(r["budget"], rel=0.02)  # steps rounded
         assert 0 < r["bits_per_byte"] < r["loss"]
+    assert len(study["quick_seeds"]) == 4 and study["quick"]["loss"] not in study["quick_seeds"]
     # the prediction was written before the run that checks it started (the script saves
     # it, then starts the run: the two times, to the second, may be equal)
     assert study["prediction"]["written"] <= study["check"]["started"]

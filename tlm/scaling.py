@@ -13,7 +13,7 @@ from torch import Tensor
 
 from tlm.accounting import forward_flops, param_breakdown
 from tlm.run import train_model
-from tlm.utils import _check_positive_int
+from tlm.utils import _check_int, _check_positive_int
 
 
 FAMILY = dict(vocab_size=4096, context_length=128, rope_theta=10000.0)
@@ -46,25 +46,27 @@ def flops_per_token(config: dict) -> float:
 
 
 def train_point(d_model: int, budget: float, data_dir, out_dir,
-                checkpoints: int = 1) -> dict:
+                checkpoints: int = 1, seed: int = RECIPE["seed"]) -> dict:
     """Train the family's model of width d_model on `budget` training FLOPs with the
     study's recipe (`tlm train`'s loop); its held-out loss on all of valid.npy.
 
     The steps are the budget over one step's FLOPs, rounded; the learning rate warms
     up for a tenth of them and decays to a tenth of its peak at the last. With
-    checkpoints > 1 the run saves that many times and a killed run resumes.
+    checkpoints > 1 the run saves that many times and a killed run resumes. `seed`
+    draws the initial weights and the batches.
     """
     config = family_config(d_model)
     if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget <= 0:
         raise ValueError(f"budget must be a positive number of FLOPs, got {budget!r}")
     _check_positive_int("checkpoints", checkpoints)
+    _check_int("seed", seed, 0)
     tokens_per_step = RECIPE["batch_size"] * config["context_length"]
     steps = round(budget / (flops_per_token(config) * tokens_per_step))
     if steps < 10:
         raise ValueError(f"budget={budget:.3g} gives d_model={d_model} {steps} steps; "
                          "the schedule needs at least 10")
     out_dir = Path(out_dir)
-    run = dict(config, **RECIPE, steps=steps, warmup_steps=steps // 10,
+    run = dict(config, **dict(RECIPE, seed=seed), steps=steps, warmup_steps=steps // 10,
                data_dir=str(data_dir), out_dir=str(out_dir), eval_every=steps,
                eval_windows=16, log_every=max(1, steps // 20),
                checkpoint_every=-(-steps // checkpoints), device="cpu")
