@@ -8,7 +8,7 @@ Usage: python benchmarks/scaling.py [--jobs 2] [--work runs/scaling]
        python benchmarks/scaling.py --quick   (one small run, against its stored value)
 Every run uses one thread; --jobs runs that many at once. A killed study resumes where
 it stopped when run again with the same --work (finished runs are kept in --out, the
-long check run resumes from its checkpoint). About 1 h 40 min on a 2-core CPU.
+long check run resumes from its checkpoint). About 95 minutes on a 2-core CPU.
 """
 
 import argparse
